@@ -1,0 +1,18 @@
+#pragma once
+#include <cstdint>
+
+#include "io/ggml_types.h"
+
+namespace tf::cpu {
+
+constexpr int kMaxTileRows = 4;
+
+// out[r] = dot(weight row, x + r * x_stride) for r < nr (1..kMaxTileRows), decoding the stored format in
+// registers. Each row's arithmetic is the same whatever nr is: this is what makes batches row-invariant.
+void dot_tile(GgmlType type, const uint8_t* wrow, int64_t n_in, const float* x, int64_t x_stride, int nr, float* out,
+              int64_t out_stride);
+
+// True when dot_tile reads `type` directly (the rest go through the generic block decode).
+bool dot_has_direct_kernel(GgmlType type);
+
+}  // namespace tf::cpu

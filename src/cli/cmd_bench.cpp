@@ -1,0 +1,115 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "base/error.h"
+#include "cli/common.h"
+#include "engine/loaded_model.h"
+
+namespace tf::cli {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// Read bandwidth of a buffer far larger than the caches, summed by every pool thread: the decode floor's divisor.
+double read_bandwidth(ThreadPool& pool) {
+  const size_t n = size_t(1) << 27;  // 512 MiB of floats
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> sums(size_t(pool.size()) * 64);
+  std::vector<double> times;
+  for (int rep = 0; rep < 5; ++rep) {
+    double t0 = now_s();
+    pool.parallel_for(n / 4096, 64, [&](size_t b, size_t e) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (size_t i = b * 4096; i < e * 4096; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += buf[i + k];
+      sums[(b % size_t(pool.size())) * 8] += acc[0] + acc[7];
+    });
+    times.push_back(now_s() - t0);
+  }
+  return double(n * sizeof(float)) / median(times);
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto* c = app.add_subcommand("bench", "prompt processing and generation speed, like llama-bench");
+  struct Opts {
+    std::string model;
+    int64_t pp = 512, tg = 128, reps = 5;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  c->add_option("model", o->model, "GGUF model file")->required();
+  c->add_option("-p,--n-prompt", o->pp, "prompt tokens (ppN)");
+  c->add_option("-n,--n-gen", o->tg, "generated tokens (tgN)");
+  c->add_option("-r,--repetitions", o->reps);
+  c->add_option("--threads", o->threads);
+  return [o] {
+    ThreadPool pool(o->threads);
+    LoadedModel m = load_model(o->model, pool);
+    const auto& info = m.model->info();
+    std::mt19937 rng(42);
+    std::vector<int32_t> ids(size_t(o->pp));
+    for (auto& id : ids) id = int32_t(rng() % uint32_t(info.n_vocab));
+    std::vector<float> logits(size_t(info.n_vocab));
+    std::vector<double> pp_tps, tg_tps;
+    for (int64_t rep = 0; rep < o->reps; ++rep) {
+      auto seq = m.model->new_sequence(o->pp + o->tg + 1);
+      std::vector<BatchRow> rows;
+      for (int64_t p = 0; p < o->pp; ++p) rows.push_back({seq.get(), ids[size_t(p)], int32_t(p), p == o->pp - 1});
+      double t0 = now_s();
+      for (size_t b = 0; b < rows.size(); b += 256) {
+        std::vector<BatchRow> chunk(rows.begin() + long(b), rows.begin() + long(std::min(rows.size(), b + 256)));
+        m.model->forward(chunk, logits.data());
+      }
+      pp_tps.push_back(double(o->pp) / (now_s() - t0));
+      auto seq2 = m.model->new_sequence(o->tg + 1);
+      int32_t tok = ids[0];
+      double t1 = now_s();
+      for (int64_t p = 0; p < o->tg; ++p) {
+        std::vector<BatchRow> row{{seq2.get(), tok, int32_t(p), true}};
+        m.model->forward(row, logits.data());
+        tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      tg_tps.push_back(double(o->tg) / (now_s() - t1));
+    }
+    double bw = read_bandwidth(pool);
+    double bytes_per_token = double(info.weight_bytes) + double(info.kv_bytes_per_token) * double(o->tg) / 2;
+    double floor_tps = bw / bytes_per_token;
+    std::printf("machine: %s, %u hardware threads, %d pool threads\n", cpu_name().c_str(),
+                std::thread::hardware_concurrency(), pool.size());
+    std::printf("model: %s (%.1fM params, %.1f MiB weights)\n", o->model.c_str(), double(info.n_params) / 1e6,
+                double(info.weight_bytes) / (1 << 20));
+    std::printf("| test   | tok/s (median of %lld) | min    | max    |\n", (long long)o->reps);
+    std::printf("| pp%-4lld | %21.2f | %6.2f | %6.2f |\n", (long long)o->pp, median(pp_tps),
+                *std::min_element(pp_tps.begin(), pp_tps.end()), *std::max_element(pp_tps.begin(), pp_tps.end()));
+    std::printf("| tg%-4lld | %21.2f | %6.2f | %6.2f |\n", (long long)o->tg, median(tg_tps),
+                *std::min_element(tg_tps.begin(), tg_tps.end()), *std::max_element(tg_tps.begin(), tg_tps.end()));
+    std::printf("memory read bandwidth: %.2f GB/s; bytes read per decoded token: %.1f MB; floor %.1f tok/s; "
+                "tg at %.1f%% of the floor\n",
+                bw / 1e9, bytes_per_token / 1e6, floor_tps, 100.0 * median(tg_tps) / floor_tps);
+    return 0;
+  };
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,58 @@
+#include <cstdio>
+
+#include "backend/cpu/ops.h"
+#include "base/error.h"
+#include "cli/common.h"
+#include "engine/loaded_model.h"
+#include "io/gguf.h"
+
+namespace tf::cli {
+
+Runner add_info(CLI::App& app) {
+  auto* c = app.add_subcommand("info", "describe a model without loading its weights");
+  auto model = std::make_shared<std::string>();
+  auto context = std::make_shared<int64_t>(4096);
+  c->add_option("model", *model, "GGUF model file")->required();
+  c->add_option("--context", *context, "context size used for the memory estimate");
+  return [model, context] {
+    auto f = std::make_shared<const GgufFile>(*model);
+    auto arch = f->get_string("general.architecture").value_or("(missing)");
+    std::printf("file:          %s (GGUF v%u, %.1f MiB)\n", model->c_str(), f->version(),
+                double(f->file_size()) / (1 << 20));
+    std::printf("architecture:  %s\n", arch.c_str());
+    const FamilyEntry& fam = family_for_architecture(arch);
+    ModelInfo i = fam.inspect_gguf(*f);
+    std::printf("family:        %s\n", fam.name.c_str());
+    std::printf("parameters:    %lld (%.1fM)\n", (long long)i.n_params, double(i.n_params) / 1e6);
+    std::printf("formats:      ");
+    for (auto& [fmt, n] : i.tensors_by_format) std::printf(" %s x%lld", fmt.c_str(), (long long)n);
+    std::printf("\nlayers:        %lld, embedding %lld, vocabulary %lld, trained context %lld\n", (long long)i.n_layer,
+                (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
+    int64_t ctx = std::min(*context, i.n_ctx_train);
+    double kv = double(i.kv_bytes_per_token) * double(ctx);
+    std::printf("memory:        weights %.1f MiB (mapped) + KV cache %.1f MiB at context %lld = %.1f MiB\n",
+                double(i.weight_bytes) / (1 << 20), kv / (1 << 20), (long long)ctx,
+                (double(i.weight_bytes) + kv) / (1 << 20));
+    try {
+      auto chat = chat_format_of(*f);
+      std::printf("chat template: %s\n", chat ? chat->name() : "none");
+    } catch (const Error& e) {
+      std::printf("chat template: refused: %s\n", e.what());
+    }
+    std::printf("backend:       cpu");
+    std::string refusal;
+    for (auto& t : f->tensors()) {
+      if (t.ne.size() != 2) continue;
+      cpu::WeightView w{t.name, t.type, t.ne[0], t.ne[1], t.data, 0};
+      if (auto why = cpu::matmul_refusal(w); !why.empty()) {
+        refusal = why;
+        break;
+      }
+    }
+    std::printf(refusal.empty() ? " (every tensor format supported)\n" : "\n");
+    if (!refusal.empty()) std::printf("would refuse:  %s\n", refusal.c_str());
+    return refusal.empty() ? 0 : 2;
+  };
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,52 @@
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/common.h"
+#include "engine/loaded_model.h"
+#include "server/http_server.h"
+
+namespace tf::cli {
+namespace {
+server::HttpServer* g_server = nullptr;
+}
+
+Runner add_serve(CLI::App& app) {
+  auto* c = app.add_subcommand("serve", "serve a model over the OpenAI-compatible HTTP API");
+  struct Opts {
+    std::string model, chat_template;
+    server::ServerOptions s;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  c->add_option("model", o->model, "GGUF model file")->required();
+  c->add_option("--host", o->s.host);
+  c->add_option("--port", o->s.port);
+  c->add_option("--name", o->s.name, "model id (default: the file name without .gguf)");
+  c->add_option("--context", o->s.context, "context size in tokens");
+  c->add_option("--max-tokens", o->s.max_tokens, "default reply cap");
+  c->add_option("--temperature", o->s.temperature, "default temperature");
+  c->add_option("--top-p", o->s.top_p);
+  c->add_option("--top-k", o->s.top_k);
+  c->add_option("--min-p", o->s.min_p);
+  c->add_option("--seed-salt", o->s.seed_salt, "salt of the prompt-derived seed");
+  c->add_option("--threads", o->threads, "compute threads (0: all cores)");
+  c->add_option("--chat-template", o->chat_template, "chatml, llama3 or deepseek instead of the file's template");
+  return [o] {
+    ThreadPool pool(o->threads);
+    LoadedModel m = load_model(o->model, pool, o->chat_template);
+    if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
+    o->s.context = std::min(o->s.context, m.model->info().n_ctx_train);
+    server::HttpServer srv(m, o->s);
+    g_server = &srv;
+    std::signal(SIGINT, [](int) { if (g_server) g_server->stop(); });
+    std::signal(SIGTERM, [](int) { if (g_server) g_server->stop(); });
+    srv.run();
+    g_server = nullptr;
+    log::info("stopped");
+    return 0;
+  };
+}
+
+}  // namespace tf::cli

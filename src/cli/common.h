@@ -1,0 +1,24 @@
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tf::cli {
+
+// Each subcommand adds its options to the app and returns the function that runs it.
+using Runner = std::function<int()>;
+Runner add_run(CLI::App& app);
+Runner add_chat(CLI::App& app);
+Runner add_info(CLI::App& app);
+Runner add_logits(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_detokenize(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_serve(CLI::App& app);
+
+std::vector<int32_t> parse_id_list(const std::string& s);  // "1,2,3" (spaces allowed)
+std::vector<std::string> read_lines(const std::string& path);  // split on '\n', raw bytes
+void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
+
+}  // namespace tf::cli

@@ -1,0 +1,79 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "backend/cpu/ops.h"
+#include "base/sha256.h"
+
+namespace tf {
+namespace sampler {
+
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double uniform(uint64_t seed, int64_t pos, int32_t token) {
+  uint64_t h = mix(seed + 0x9E3779B97F4A7C15ull);
+  h = mix(h ^ (uint64_t(pos) * kC1));
+  h = mix(h ^ (uint64_t(uint32_t(token)) * kC2));
+  return (double(h >> 11) + 0.5) * 0x1.0p-53;
+}
+
+double gumbel(uint64_t seed, int64_t pos, int32_t token) { return -std::log(-std::log(uniform(seed, pos, token))); }
+
+uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view salt) {
+  std::string s;
+  for (size_t i = 0; i < prompt.size(); ++i) s += (i ? "," : "") + std::to_string(prompt[i]);
+  s += "|";
+  s += salt;
+  auto d = sha256(s);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | d[size_t(i)];
+  return v & 0x7FFFFFFFFFFFFFFFull;
+}
+
+}  // namespace sampler
+
+int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams& p, int64_t pos) {
+  if (p.temperature <= 0.0) return cpu::argmax(logits, n_vocab);
+  // Candidates in (logit desc, id asc) order; only the first top_k when set.
+  int64_t k = p.top_k > 0 ? std::min(p.top_k, n_vocab) : n_vocab;
+  std::vector<int32_t> cand = cpu::topk(logits, n_vocab, k);
+  std::vector<double> scaled(cand.size());
+  for (size_t i = 0; i < cand.size(); ++i) scaled[i] = double(logits[cand[i]]) / p.temperature;
+  size_t keep = cand.size();
+  if (p.top_p < 1.0 || p.min_p > 0.0) {
+    std::vector<double> prob(cand.size());
+    double mx = scaled[0], sum = 0;
+    for (size_t i = 0; i < cand.size(); ++i) sum += prob[i] = std::exp(scaled[i] - mx);
+    for (auto& q : prob) q /= sum;
+    if (p.top_p < 1.0) {
+      double cum = 0;
+      size_t i = 0;
+      for (; i < keep; ++i) {
+        cum += prob[i];
+        if (cum >= p.top_p) break;
+      }
+      keep = std::min(keep, i + 1);
+    }
+    if (p.min_p > 0.0) {
+      size_t i = 1;
+      while (i < keep && prob[i] >= p.min_p * prob[0]) ++i;
+      keep = i;
+    }
+  }
+  size_t best = 0;
+  double best_v = -INFINITY;
+  for (size_t i = 0; i < keep; ++i) {
+    double v = scaled[i] + sampler::gumbel(p.seed, pos, cand[i]);
+    if (v > best_v) best_v = v, best = i;
+  }
+  return cand[best];
+}
+
+}  // namespace tf

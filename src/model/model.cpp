@@ -1,0 +1,30 @@
+#include "model/model.h"
+
+#include "base/error.h"
+
+namespace tf {
+namespace {
+std::vector<FamilyEntry>& registry() {
+  static std::vector<FamilyEntry> r;
+  return r;
+}
+}  // namespace
+
+bool register_family(FamilyEntry e) {
+  registry().push_back(std::move(e));
+  return true;
+}
+
+const std::vector<FamilyEntry>& families() { return registry(); }
+
+const FamilyEntry& family_for_architecture(const std::string& arch) {
+  std::string known;
+  for (auto& f : registry())
+    for (auto& a : f.architectures) {
+      if (a == arch) return f;
+      known += (known.empty() ? "" : ", ") + a;
+    }
+  fail("architecture '{}' is not supported (known: {})", arch, known);
+}
+
+}  // namespace tf

@@ -1,0 +1,98 @@
+"""End-to-end tests of the tensorfold command line: info, run, and refusal of bad files."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PARAMS = 134_515_008
+PROMPT = "The capital of France is"
+
+
+def tf(tf_bin, *args, timeout=120):
+    return subprocess.run([str(tf_bin), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def shown(proc):
+    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-2000:]}\n--- stderr ---\n{proc.stderr[-2000:]}"
+
+
+def param_counts(text):
+    """Every number in the text read as a parameter count: 134515008, 134,515,008, 134.5M, 0.13B, 134.5 M."""
+    out = []
+    for m in re.finditer(r"(\d[\d,_]*(?:\.\d+)?)\s*([kKmMbBgG]?)", text):
+        num = float(m.group(1).replace(",", "").replace("_", ""))
+        out.append(num * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}[m.group(2).lower()])
+    return out
+
+
+def test_info(tf_bin, model_path):
+    proc = tf(tf_bin, "info", model_path, timeout=60)
+    assert proc.returncode == 0, shown(proc)
+    out = proc.stdout + proc.stderr
+    low = out.lower()
+    for word in ("llama", "q4_1", "q8_0", "chatml"):
+        assert word in low, f"info should mention {word!r}\n{shown(proc)}"
+    near = [n for n in param_counts(out) if abs(n - PARAMS) / PARAMS < 0.01]
+    assert near, f"info should give a parameter count near 134.5M\n{shown(proc)}"
+
+
+def test_run_generates_with_summary(tf_bin, model_path):
+    proc = tf(tf_bin, "run", model_path, "-p", PROMPT, "-n", 8, "--temperature", 0)
+    assert proc.returncode == 0, shown(proc)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) >= 2, f"want generated text then a summary line\n{shown(proc)}"
+    summary = lines[-1].lower()
+    assert "prompt" in summary and "generated" in summary and "tok/s" in summary, \
+        f"last stdout line should summarise prompt tokens, generated tokens and tok/s\n{shown(proc)}"
+    text = "\n".join(lines[:-1]).replace(PROMPT, "", 1)
+    assert text.strip(), f"no generated text on stdout\n{shown(proc)}"
+
+
+def test_run_is_deterministic_at_temperature_0(tf_bin, model_path):
+    a = tf(tf_bin, "run", model_path, "-p", PROMPT, "-n", 8, "--temperature", 0)
+    b = tf(tf_bin, "run", model_path, "-p", PROMPT, "-n", 8, "--temperature", 0)
+    assert a.returncode == 0 and b.returncode == 0, shown(a) + shown(b)
+    # The summary line carries timings, so compare only the text above it.
+    text = lambda p: [ln for ln in p.stdout.splitlines() if ln.strip()][:-1]
+    assert text(a) == text(b)
+
+
+def test_run_missing_file(tf_bin, tmp_path):
+    missing = tmp_path / "no-such-model.gguf"
+    proc = tf(tf_bin, "run", missing, "-p", "hi", "-n", 1, timeout=60)
+    assert proc.returncode != 0, shown(proc)
+    assert "no-such-model.gguf" in proc.stdout + proc.stderr, f"message should name the file\n{shown(proc)}"
+
+
+def _field_at(model_path, offset):
+    """The GGUF metadata key whose bytes span `offset`, or None when gguf is not importable."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    fields = sorted(GGUFReader(str(model_path)).fields.items(), key=lambda kv: kv[1].offset)
+    hit = None
+    for name, field in fields:
+        if field.offset <= offset:
+            hit = name
+    return hit
+
+
+@pytest.mark.parametrize("command", ["info", "run"])
+def test_truncated_gguf_refused(tf_bin, model_path, tmp_path, command):
+    if not str(model_path).endswith(".gguf") or not Path(model_path).is_file():
+        pytest.skip("truncation test needs a single-file GGUF model")
+    cut = tmp_path / "truncated.gguf"
+    with open(model_path, "rb") as f:
+        cut.write_bytes(f.read(1000))
+    args = ["info", cut] if command == "info" else ["run", cut, "-p", "hi", "-n", 1]
+    proc = tf(tf_bin, *args, timeout=60)
+    assert proc.returncode != 0, shown(proc)
+    out = (proc.stdout + proc.stderr).lower()
+    field = _field_at(model_path, 1000)
+    ok = "truncat" in out or (field is not None and field.lower() in out)
+    assert ok, f"refusal should say 'truncated' or name the field being read ({field})\n{shown(proc)}"
+    assert "segmentation" not in out and proc.returncode > 0, "a bad file must be refused, not crash"

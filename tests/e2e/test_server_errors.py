@@ -1,0 +1,115 @@
+"""Bad requests get OpenAI-shaped errors naming the problem, and never stop the server."""
+
+import json
+
+import pytest
+
+from e2e_util import MODEL_ID, chatml, check_error_body, post_json, request
+
+HI = [{"role": "user", "content": "Hi"}]
+GOOD_CHAT = {"model": MODEL_ID, "messages": HI, "max_tokens": 2, "temperature": 0}
+GOOD_COMPLETION = {"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+CONTEXT = 512
+
+
+@pytest.fixture
+def alive(client):
+    """Checks after the test that the server still answers a small chat."""
+    yield
+    resp = client.chat.completions.create(model=MODEL_ID, messages=HI, max_tokens=2, temperature=0)
+    assert resp.choices and resp.choices[0].message.role == "assistant", "server stopped answering after a bad request"
+
+
+# (case id, fields merged over a good chat request, param at fault, words the message must contain)
+CHAT_FIELD_CASES = [
+    ("messages-string", {"messages": "hello"}, "messages", ["messages"]),
+    ("messages-empty", {"messages": []}, "messages", ["messages"]),
+    ("message-no-content", {"messages": [{"role": "user"}]}, "messages", ["content"]),
+    ("message-unknown-role", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages", ["role"]),
+    ("temperature-string", {"temperature": "hot"}, "temperature", ["temperature"]),
+    ("max_tokens-string", {"max_tokens": "ten"}, "max_tokens", ["max_tokens"]),
+    ("max_tokens-negative", {"max_tokens": -1}, "max_tokens", ["max_tokens"]),
+    ("stop-number", {"stop": 5}, "stop", ["stop"]),
+    ("stream-string", {"stream": "yes"}, "stream", ["stream"]),
+    ("n-2", {"n": 2}, "n", []),
+]
+
+
+@pytest.mark.parametrize("fields,param,words", [c[1:] for c in CHAT_FIELD_CASES],
+                         ids=[c[0] for c in CHAT_FIELD_CASES])
+def test_chat_bad_field(server, alive, fields, param, words):
+    status, body, raw = post_json(server.base_url, "/v1/chat/completions", {**GOOD_CHAT, **fields})
+    check_error_body(status, body, raw, 400, param=param, words=words)
+
+
+COMPLETION_FIELD_CASES = [
+    ("prompt-missing", {"prompt": None}, "prompt", ["prompt"]),
+    ("prompt-number", {"prompt": 5}, "prompt", ["prompt"]),
+    ("prompt-token-out-of-vocab", {"prompt": [1, 10**9]}, "prompt", []),
+    ("top_p-string", {"top_p": "all"}, "top_p", ["top_p"]),
+]
+
+
+@pytest.mark.parametrize("fields,param,words", [c[1:] for c in COMPLETION_FIELD_CASES],
+                         ids=[c[0] for c in COMPLETION_FIELD_CASES])
+def test_completion_bad_field(server, alive, fields, param, words):
+    body = {**GOOD_COMPLETION, **fields}
+    body = {k: v for k, v in body.items() if v is not None}
+    status, got, raw = post_json(server.base_url, "/v1/completions", body)
+    check_error_body(status, got, raw, 400, param=param, words=words)
+
+
+def test_malformed_json(server, alive):
+    status, _, raw = request(server.base_url, "POST", "/v1/chat/completions", b'{"model": "smollm2", "messages": [')
+    check_error_body(status, _json(raw), raw, 400, words=["json"])
+
+
+def test_body_is_json_array(server, alive):
+    status, _, raw = request(server.base_url, "POST", "/v1/chat/completions", json.dumps([GOOD_CHAT]))
+    check_error_body(status, _json(raw), raw, 400)
+
+
+def test_empty_body(server, alive):
+    status, _, raw = request(server.base_url, "POST", "/v1/chat/completions", b"")
+    check_error_body(status, _json(raw), raw, 400)
+
+
+def test_prompt_longer_than_context(server, alive, tokenizer):
+    msgs = [{"role": "user", "content": " ".join(["word"] * 3000)}]
+    n_prompt = len(tokenizer.encode(chatml(msgs), add_special_tokens=False).ids)
+    status, body, raw = post_json(server.base_url, "/v1/chat/completions", {**GOOD_CHAT, "messages": msgs})
+    check_error_body(status, body, raw, 400, words=[str(n_prompt), str(CONTEXT)])
+
+
+def test_completion_prompt_longer_than_context(server, alive, tokenizer):
+    prompt = " ".join(["word"] * 3000)
+    n_prompt = len(tokenizer.encode(prompt, add_special_tokens=False).ids)
+    status, body, raw = post_json(server.base_url, "/v1/completions", {**GOOD_COMPLETION, "prompt": prompt})
+    check_error_body(status, body, raw, 400, words=[str(n_prompt), str(CONTEXT)])
+
+
+def test_unknown_route(server, alive):
+    status, _, raw = request(server.base_url, "GET", "/v1/no-such-route")
+    check_error_body(status, _json(raw), raw, 404)
+    status, _, raw = request(server.base_url, "POST", "/v1/no-such-route", json.dumps(GOOD_CHAT))
+    check_error_body(status, _json(raw), raw, 404)
+
+
+def test_unknown_model(server, alive):
+    status, body, raw = post_json(server.base_url, "/v1/chat/completions", {**GOOD_CHAT, "model": "no-such-model"})
+    check_error_body(status, body, raw, 404, param="model", words=["no-such-model"])
+
+
+def test_openai_client_raises_bad_request(client, alive):
+    openai = pytest.importorskip("openai")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL_ID, messages=HI, n=2)
+    assert info.value.status_code == 400
+    assert info.value.body and "message" in info.value.body
+
+
+def _json(raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
