@@ -37,7 +37,7 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n) {
 
 int32_t argmax(const float* logits, int64_t n) {
   int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
+  for (int64_t i = TF_CTL_ON(53) ? 2 : 1; i < n; ++i)
     if (logits[i] > logits[best] || (TF_CTL_ON(50) && logits[i] == logits[best])) best = i;
   return int32_t(best);
 }
@@ -50,7 +50,8 @@ std::vector<int32_t> topk(const float* logits, int64_t n, int64_t k) {
     if (TF_CTL_ON(51)) return logits[a] > logits[b];  // planted: ties left unordered
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  auto last = TF_CTL_ON(54) && n > k ? idx.end() - 1 : idx.end();  // planted: the last id never considered
+  std::partial_sort(idx.begin(), idx.begin() + k, last, better);
   idx.resize(size_t(k));
   return idx;
 }
@@ -58,6 +59,7 @@ std::vector<int32_t> topk(const float* logits, int64_t n, int64_t k) {
 void softmax(const float* logits, int64_t n, double* probs) {
   double mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, double(logits[i]));
+  if (TF_CTL_ON(55)) mx = 0;  // planted: no max subtraction, large logits overflow
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     probs[i] = std::exp(double(logits[i]) - mx);

@@ -41,11 +41,11 @@ std::vector<KernelRecord> make_records() {
                "any table the codecs decode", "vocab 300 x 256, ids incl. 0 and last", "bit-exact decode",
                {{42, "off-by-one row"}, {43, "first element lost"}}});
   r.push_back({"argmax", "cpu", {"f32"}, "any n", "n = 49152 with planted ties", "exact, ties to lower id",
-               {{50, "ties to the higher id"}}});
+               {{50, "ties to the higher id"}, {53, "element 1 never considered"}}});
   r.push_back({"topk", "cpu", {"f32"}, "any n, k <= n", "n = 49152, k 1..64 with planted ties",
-               "exact order by (logit desc, id asc)", {{51, "ties left unordered"}}});
+               "exact order by (logit desc, id asc)", {{51, "ties left unordered"}, {54, "last id never considered"}}});
   r.push_back({"softmax", "cpu", {"f32"}, "any n", "n = 49152, 5", "|p - p64| <= 2n * 2^-52",
-               {{52, "normalisation lost"}}});
+               {{52, "normalisation lost"}, {55, "max not subtracted (overflow)"}}});
   return r;
 }
 

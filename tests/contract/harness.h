@@ -1,0 +1,32 @@
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/ggml_types.h"
+
+namespace tf::contract {
+
+constexpr double kU = 0x1.0p-24;  // unit roundoff of f32
+
+// One kernel check: returns an empty string when the kernel meets its record, else what broke.
+using Check = std::function<std::string()>;
+std::map<std::string, Check>& checks();
+bool add_check(const std::string& name, Check c);
+
+// Random stored weights of a format: valid blocks with small finite scales.
+std::vector<uint8_t> random_weight(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng);
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f);
+// First index where two float arrays differ bitwise, or -1.
+int64_t first_bit_difference(const float* a, const float* b, size_t n);
+
+constexpr uint32_t kCanary = 0x7FC0DEADu;
+// Output buffer with `pad` canary floats after n values; canary_intact checks them.
+std::vector<float> with_canary(size_t n, size_t pad);
+bool canary_intact(const std::vector<float>& buf, size_t n);
+
+}  // namespace tf::contract
