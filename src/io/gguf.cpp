@@ -114,8 +114,8 @@ void GgufFile::parse() {
   uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   uint64_t n_kv = c.read<uint64_t>("kv_count");
   // Each KV record takes at least 12 bytes and each tensor record at least 28, so counts are bounded by the file.
-  if (n_kv > c.left() / 12) fail("{}: kv_count {} cannot fit in the file", path, n_kv);
-  if (n_tensors > c.left() / 28) fail("{}: tensor_count {} cannot fit in the file", path, n_tensors);
+  if (n_kv > c.left() / 12) fail("{}: truncated file: kv_count {} cannot fit in the {} bytes left", path, n_kv, c.left());
+  if (n_tensors > c.left() / 28) fail("{}: truncated file: tensor_count {} cannot fit in the {} bytes left", path, n_tensors, c.left());
 
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key = c.read_string(fmt::format("key of metadata record {}", k));

@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/sampler.h"
+#include "engine/stop_strings.h"
+
+namespace tf {
+namespace {
+
+std::vector<float> random_logits(uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 3);
+  std::vector<float> l(static_cast<size_t>(n));
+  for (auto& x : l) x = nd(rng);
+  return l;
+}
+
+TEST(Sampler, SameSeedAndPositionGiveTheSameToken) {
+  auto l = random_logits(1, 5000);
+  SamplingParams p{1.0, 0, 1.0, 0.0, 42};
+  for (int64_t pos : {0, 1, 77, 4095}) EXPECT_EQ(sample_token(l.data(), 5000, p, pos), sample_token(l.data(), 5000, p, pos));
+  int differ = 0;
+  for (int64_t pos = 0; pos < 50; ++pos) {
+    SamplingParams q = p;
+    q.seed = 43;
+    differ += sample_token(l.data(), 5000, p, pos) != sample_token(l.data(), 5000, q, pos);
+  }
+  EXPECT_GT(differ, 10);
+}
+
+TEST(Sampler, GreedyTiesGoToTheLowerId) {
+  std::vector<float> l = {1, 3, 3, 2};
+  EXPECT_EQ(sample_token(l.data(), 4, SamplingParams{}, 0), 1);
+}
+
+TEST(Sampler, BatchedRowsEqualSingleRows) {
+  // A row's draw depends on (seed, position, token) only: sampling rows in any order or batch gives the same ids.
+  std::vector<std::vector<float>> rows;
+  for (uint32_t r = 0; r < 8; ++r) rows.push_back(random_logits(100 + r, 3000));
+  SamplingParams p{0.9, 50, 0.95, 0.01, 7};
+  std::vector<int32_t> solo, batched(8);
+  for (int r = 0; r < 8; ++r) solo.push_back(sample_token(rows[size_t(r)].data(), 3000, p, 10 + r));
+  for (int r = 7; r >= 0; --r) batched[size_t(r)] = sample_token(rows[size_t(r)].data(), 3000, p, 10 + r);
+  EXPECT_EQ(solo, batched);
+}
+
+TEST(Sampler, GumbelMaxFollowsTheSoftmax) {
+  std::vector<float> l = {0.0f, 1.0f, 2.0f};
+  std::vector<int> count(3);
+  const int n = 30000;
+  for (int pos = 0; pos < n; ++pos) count[size_t(sample_token(l.data(), 3, SamplingParams{1.0, 0, 1.0, 0.0, 9}, pos))]++;
+  double z = 1 + std::exp(1.0) + std::exp(2.0);
+  for (int i = 0; i < 3; ++i) {
+    double p = std::exp(double(i)) / z, sd = std::sqrt(n * p * (1 - p));
+    EXPECT_NEAR(count[size_t(i)], n * p, 5 * sd) << i;  // five standard deviations: fixed seed, cannot flake
+  }
+}
+
+TEST(Sampler, FiltersCutTheTail) {
+  std::vector<float> l = {10, 9.5f, 0, 0, 0, 0};
+  for (int pos = 0; pos < 200; ++pos) {
+    EXPECT_LE(sample_token(l.data(), 6, SamplingParams{1.0, 2, 1.0, 0.0, 3}, pos), 1);
+    EXPECT_LE(sample_token(l.data(), 6, SamplingParams{1.0, 0, 0.9, 0.0, 3}, pos), 1);
+    EXPECT_LE(sample_token(l.data(), 6, SamplingParams{1.0, 0, 1.0, 0.05, 3}, pos), 1);
+    EXPECT_EQ(sample_token(l.data(), 6, SamplingParams{1.0, 1, 1.0, 0.0, 3}, pos), 0);
+  }
+}
+
+TEST(Sampler, PromptSeedIsDocumentedHash) {
+  // SHA-256("1,2,3|salt") first 8 bytes little-endian, top bit cleared.
+  EXPECT_EQ(sampler::seed_from_prompt({1, 2, 3}, "salt"), sampler::seed_from_prompt({1, 2, 3}, "salt"));
+  EXPECT_NE(sampler::seed_from_prompt({1, 2, 3}, "salt"), sampler::seed_from_prompt({1, 2, 4}, "salt"));
+  EXPECT_LT(sampler::seed_from_prompt({5}, "x"), uint64_t(1) << 63);
+}
+
+TEST(StopStrings, HoldsBackPossiblePrefixesAndCutsAtTheStop) {
+  StopMatcher m({"END", "stop here"});
+  EXPECT_EQ(m.push("abc E"), "abc ");
+  EXPECT_EQ(m.push("N"), "");
+  EXPECT_EQ(m.push("X"), "ENX");
+  EXPECT_EQ(m.push(" more sto"), " more ");
+  EXPECT_EQ(m.push("p here and after"), "");
+  EXPECT_TRUE(m.stopped());
+  StopMatcher n({"END"});
+  EXPECT_EQ(n.push("xxEN"), "xx");
+  EXPECT_EQ(n.flush(), "EN");
+  EXPECT_FALSE(n.stopped());
+}
+
+}  // namespace
+}  // namespace tf
