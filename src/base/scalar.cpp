@@ -19,4 +19,13 @@ uint16_t f32_to_f16(float f) {
   return uint16_t(sign | ((r - 0x38000000u) >> 13));
 }
 
+namespace {
+float g_table_storage[65536];
+}  // namespace
+
+const float* const g_f16_table = [] {
+  for (uint32_t i = 0; i < 65536; ++i) g_table_storage[i] = f16_to_f32(uint16_t(i));
+  return g_table_storage;
+}();
+
 }  // namespace tf

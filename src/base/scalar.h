@@ -45,6 +45,10 @@ inline uint16_t f32_to_bf16(float f) {
 
 uint16_t f32_to_f16(float f);
 
+// f16_to_f32 through a 64K-entry table built at start-up: the hot-loop form, same bits.
+extern const float* const g_f16_table;
+inline float f16_to_f32_fast(uint16_t h) { return g_f16_table[h]; }
+
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 inline uint32_t load_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
 

@@ -96,3 +96,18 @@ def test_truncated_gguf_refused(tf_bin, model_path, tmp_path, command):
     ok = "truncat" in out or (field is not None and field.lower() in out)
     assert ok, f"refusal should say 'truncated' or name the field being read ({field})\n{shown(proc)}"
     assert "segmentation" not in out and proc.returncode > 0, "a bad file must be refused, not crash"
+
+
+def test_chat_interactive(tf_bin, model_path):
+    # Two user turns on stdin, then an empty line ends the session; the second turn sees the first reply as history.
+    proc = subprocess.run([str(tf_bin), "chat", str(model_path), "-n", "12", "--temperature", "0"],
+                          input="What is the capital of France?\nAnd of Italy?\n\n", capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, shown(proc)
+    assert proc.stdout.count("> ") >= 3, shown(proc)
+    assert "Paris" in proc.stdout, shown(proc)
+
+
+def test_logits_rejects_out_of_vocab_ids(tf_bin, model_path, tmp_path):
+    proc = tf(tf_bin, "logits", model_path, "--tokens", "1,999999", "--out", tmp_path / "x.npy")
+    assert proc.returncode != 0 and "999999" in proc.stderr, shown(proc)

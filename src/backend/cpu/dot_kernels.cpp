@@ -48,22 +48,25 @@ HWY_INLINE V LoadX(const float* p, const Ctl& ctl) {
 }
 
 // Fixed accumulation: per row two accumulators alternating over chunks, blocks in order, one final reduction.
-template <int NR, class Decode>
-HWY_INLINE void Accumulate(int64_t n_in, int64_t block_elems, const Decode& decode, const float* x, int64_t xs,
-                           float* out, int64_t os, const Ctl& ctl) {
+// `prep(b)` decodes a block's scalars once; `chunk(state, i)` decodes elements [i, i+N) of it in registers.
+template <int NR, int kBlock, class Prep, class Chunk>
+HWY_INLINE void Accumulate(int64_t n_in, const Prep& prep, const Chunk& chunk, const float* x, int64_t xs, float* out,
+                           int64_t os, const Ctl& ctl) {
   const D d;
-  const int64_t N = int64_t(hn::Lanes(d));
+  constexpr int N = int(hn::MaxLanes(D()));
+  static_assert(kBlock % N == 0, "a block is a whole number of chunks");
   V acc[NR][2];
   for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
-  const int64_t nb = n_in / block_elems;
+  const int64_t nb = n_in / kBlock;
   for (int64_t b = 0; b < nb; ++b) {
     if (TF_CTL_ON(ctl.lost_block) && ctl.lost_block && b == nb - 1) break;
-    for (int64_t i = 0; i < block_elems; i += N) {
-      V w = decode(b, i);
-      int k = int((i / N) & 1);
+    const auto st = prep(b);
+    const float* xb = x + b * kBlock;
+    for (int c = 0; c < kBlock / N; ++c) {
+      const V w = chunk(st, c * N);
       for (int r = 0; r < NR; ++r) {
         int rx = (TF_CTL_ON(ctl.neighbour_row) && ctl.neighbour_row && r > 0 && b == 0) ? r - 1 : r;
-        acc[r][k] = hn::MulAdd(w, LoadX(x + rx * xs + b * block_elems + i, ctl), acc[r][k]);
+        acc[r][c & 1] = hn::MulAdd(w, LoadX(xb + rx * xs + c * N, ctl), acc[r][c & 1]);
       }
     }
     if (TF_CTL_ON(ctl.fp16_acc) && ctl.fp16_acc)
@@ -74,86 +77,119 @@ HWY_INLINE void Accumulate(int64_t n_in, int64_t block_elems, const Decode& deco
   if (TF_CTL_ON(ctl.past_end) && ctl.past_end) out[NR * os] = 0.0f;
 }
 
+HWY_INLINE float F16(const uint8_t* p) { return f16_to_f32_fast(load_u16(p)); }
+
+struct ScaleMin {
+  V d, m;
+  const uint8_t* qs;
+};
+
+struct KBlock {
+  float d1[8], m1[8];
+  const uint8_t* p;
+};
+
 template <int NR>
 void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, int64_t xs, float* out, int64_t os) {
   const D d;
   const DI di;
+  auto ptr = [&](int64_t b) { return b; };
   switch (type) {
     case GgmlType::F32:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
         return hn::LoadU(d, reinterpret_cast<const float*>(w) + b * 32 + i);
       }, x, xs, out, os, Ctl{1, 2, 0, 0, 0});
     case GgmlType::F16:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
         return hn::PromoteTo(d, hn::LoadU(DF16(), reinterpret_cast<const hwy::float16_t*>(w) + b * 32 + i));
       }, x, xs, out, os, Ctl{0, 0, 3, 0, 4});
     case GgmlType::BF16:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
         auto u = hn::PromoteTo(DU32(), hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(w) + b * 32 + i));
         return hn::BitCast(d, hn::ShiftLeft<16>(u));
       }, x, xs, out, os, Ctl{0, 6, 0, 5, 0});
     case GgmlType::Q4_0:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 18;
+        return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
+      }, [&](const ScaleMin& s, int i) {
         bool high = i >= 16;
         if (TF_CTL_ON(7)) high = !high;
-        auto q = hn::PromoteTo(di, hn::LoadU(DU8(), blk + 2 + (i & 15)));
+        auto q = hn::PromoteTo(di, hn::LoadU(DU8(), s.qs + (i & 15)));
         q = high ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 15));
-        return hn::Mul(hn::ConvertTo(d, hn::Sub(q, hn::Set(di, 8))), hn::Set(d, f16_to_f32(load_u16(blk))));
+        return hn::Mul(hn::ConvertTo(d, hn::Sub(q, hn::Set(di, 8))), s.d);
       }, x, xs, out, os, Ctl{8, 0, 0, 0, 0});
     case GgmlType::Q4_1:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 20;
-        float m = TF_CTL_ON(9) ? 0.0f : f16_to_f32(load_u16(blk + 2));
-        V q = U8Nibbles(blk + 4 + (i & 15), i >= 16);
-        return hn::Add(hn::Mul(q, hn::Set(d, f16_to_f32(load_u16(blk)))), hn::Set(d, m));
+        return ScaleMin{hn::Set(d, F16(blk)), hn::Set(d, TF_CTL_ON(9) ? 0.0f : F16(blk + 2)), blk + 4};
+      }, [&](const ScaleMin& s, int i) {
+        return hn::Add(hn::Mul(U8Nibbles(s.qs + (i & 15), i >= 16), s.d), s.m);
       }, x, xs, out, os, Ctl{0, 0, 10, 0, 0});
     case GgmlType::Q8_0:
-      return Accumulate<NR>(n_in, 32, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 34;
-        hn::Vec<DI> q = TF_CTL_ON(11) ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), blk + 2 + i)))
-                                      : hn::PromoteTo(di, hn::LoadU(DI8(), reinterpret_cast<const int8_t*>(blk + 2 + i)));
-        return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, f16_to_f32(load_u16(blk))));
+        return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
+      }, [&](const ScaleMin& s, int i) {
+        hn::Vec<DI> q = TF_CTL_ON(11) ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), s.qs + i)))
+                                      : hn::PromoteTo(di, hn::LoadU(DI8(), reinterpret_cast<const int8_t*>(s.qs + i)));
+        return hn::Mul(hn::ConvertTo(d, q), s.d);
       }, x, xs, out, os, Ctl{0, 0, 0, 12, 0});
     case GgmlType::Q4_K:
-      return Accumulate<NR>(n_in, 256, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 256>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 144;
-        int s = int(i >> 5);
-        uint8_t sc, mn;
-        quant::q4k_scale_min(blk + 4, TF_CTL_ON(13) ? (s & 3) : s, sc, mn);
-        float d1 = f16_to_f32(load_u16(blk)) * float(sc), m1 = f16_to_f32(load_u16(blk + 2)) * float(mn);
-        V q = U8Nibbles(blk + 16 + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
-        return hn::Sub(hn::Mul(q, hn::Set(d, d1)), hn::Set(d, m1));
+        KBlock k;
+        const float dd = F16(blk), dm = F16(blk + 2);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, mn;
+          quant::q4k_scale_min(blk + 4, TF_CTL_ON(13) ? (s & 3) : s, sc, mn);
+          k.d1[s] = dd * float(sc);
+          k.m1[s] = dm * float(mn);
+        }
+        k.p = blk + 16;
+        return k;
+      }, [&](const KBlock& k, int i) {
+        const int s = i >> 5;
+        V q = U8Nibbles(k.p + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
+        return hn::Sub(hn::Mul(q, hn::Set(d, k.d1[s])), hn::Set(d, k.m1[s]));
       }, x, xs, out, os, Ctl{0, 0, 0, 0, 14});
     case GgmlType::Q6_K:
-      return Accumulate<NR>(n_in, 256, [&](int64_t b, int64_t i) {
+      return Accumulate<NR, 256>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 210;
-        int n = int(i >> 7), g = int((i >> 5) & 3), l = int(i & 31);
-        auto ql = hn::PromoteTo(di, hn::LoadU(DU8(), blk + 64 * n + 32 * (g & 1) + l));
+        KBlock k;
+        const float dd = F16(blk + 208);
+        // The 16 signed sub-scales times d: even ones kept in d1, odd ones in m1.
+        for (int s = 0; s < 16; s += 2) {
+          for (int h = 0; h < 2; ++h) {
+            int sc = reinterpret_cast<const int8_t*>(blk + 192)[s + h];
+            if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
+            (h ? k.m1 : k.d1)[s >> 1] = dd * float(sc);
+          }
+        }
+        k.p = blk;
+        return k;
+      }, [&](const KBlock& k, int i) {
+        const int n = i >> 7, g = (i >> 5) & 3, l = i & 31, s = i >> 4;
+        auto ql = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 64 * n + 32 * (g & 1) + l));
         auto nib = g < 2 ? hn::And(ql, hn::Set(di, 15)) : hn::ShiftRight<4>(ql);
-        auto qh = hn::PromoteTo(di, hn::LoadU(DU8(), blk + 128 + 32 * n + l));
+        auto qh = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 128 + 32 * n + l));
         qh = hn::And(hn::ShiftRightSame(qh, 2 * g), hn::Set(di, 3));
         auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(qh)), hn::Set(di, 32));
-        int sc = reinterpret_cast<const int8_t*>(blk + 192)[i >> 4];
-        if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
-        float dl = f16_to_f32(load_u16(blk + 208)) * float(sc);
-        return hn::Mul(hn::Set(d, dl), hn::ConvertTo(d, q));
+        return hn::Mul(hn::Set(d, (s & 1) ? k.m1[s >> 1] : k.d1[s >> 1]), hn::ConvertTo(d, q));
       }, x, xs, out, os, Ctl{0, 16, 0, 0, 0});
     default: {
       // Formats without a direct kernel: the codec's exact block decode into a small aligned buffer.
       auto info = ggml_type_info(uint32_t(type));
-      int64_t be = info->block_elems, bb = info->block_bytes;
+      const int64_t be = info->block_elems, bb = info->block_bytes;
       HWY_ALIGN float buf[256];
-      int64_t cur = -1;
-      int64_t nin = TF_CTL_ON(17) ? n_in - be : n_in;
-      if (nin <= 0) nin = n_in;
-      return Accumulate<NR>(nin, be, [&](int64_t b, int64_t i) {
-        if (b != cur) {
-          quant::dequantize(type, w + b * bb, buf, be);
-          cur = b;
-        }
-        return hn::Load(d, buf + i);
-      }, x, xs, out, os, Ctl{18, 0, 0, 0, 0});
+      int64_t nin = TF_CTL_ON(17) && n_in > be ? n_in - be : n_in;
+      auto prep = [&](int64_t b) {
+        quant::dequantize(type, w + b * bb, buf, be);
+        return b;
+      };
+      auto chunk = [&](int64_t, int i) { return hn::Load(d, buf + i); };
+      if (be == 256) return Accumulate<NR, 256>(nin, prep, chunk, x, xs, out, os, Ctl{18, 0, 0, 0, 0});
+      return Accumulate<NR, 32>(nin, prep, chunk, x, xs, out, os, Ctl{18, 0, 0, 0, 0});
     }
   }
 }
