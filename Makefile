@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake ninja-build ccache pkg-config python3-venv nlohmann-json3-dev libpcre2-dev \
   libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev
 
-.PHONY: run test deps apt venv build model bench gpu-build clean
+.PHONY: run test test-asan deps apt venv build model bench clean
 
 run: deps build model
 	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT) --name SmolLM2-135M-Instruct
@@ -52,3 +52,9 @@ bench: build model
 
 clean:
 	rm -rf build
+
+# Unit and contract tests under AddressSanitizer and UBSan (cpu-debug preset).
+test-asan: deps model
+	cmake --preset cpu-debug >/dev/null
+	cmake --build build/cpu-debug -j $(JOBS)
+	cd build/cpu-debug && ctest --output-on-failure -L "unit|contract"

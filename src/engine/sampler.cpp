@@ -41,6 +41,17 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams& p, int64_t pos) {
   if (p.temperature <= 0.0) return cpu::argmax(logits, n_vocab);
+  if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
+    // No filter: one pass over the vocabulary; a tie of noisy values goes to the earlier (-logit, id) candidate,
+    // exactly as the sorted form below would pick it.
+    int32_t best = 0;
+    double best_v = -INFINITY;
+    for (int32_t v = 0; v < int32_t(n_vocab); ++v) {
+      double val = double(logits[v]) / p.temperature + sampler::gumbel(p.seed, pos, v);
+      if (val > best_v || (val == best_v && logits[v] > logits[best])) best_v = val, best = v;
+    }
+    return best;
+  }
   // Candidates in (logit desc, id asc) order; only the first top_k when set.
   int64_t k = p.top_k > 0 ? std::min(p.top_k, n_vocab) : n_vocab;
   std::vector<int32_t> cand = cpu::topk(logits, n_vocab, k);

@@ -91,3 +91,19 @@ TEST(StopStrings, HoldsBackPossiblePrefixesAndCutsAtTheStop) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// The one-pass path (no filters) must pick what the sorted path picks: top_k = n_vocab forces the sorted path.
+TEST(Sampler, OnePassEqualsSortedPath) {
+  auto l = random_logits(77, 4000);
+  for (int64_t pos = 0; pos < 300; ++pos) {
+    SamplingParams fast{0.8, 0, 1.0, 0.0, 11};
+    SamplingParams sorted{0.8, 4000, 1.0, 0.0, 11};
+    ASSERT_EQ(sample_token(l.data(), 4000, fast, pos), sample_token(l.data(), 4000, sorted, pos)) << pos;
+  }
+}
+
+}  // namespace
+}  // namespace tf

@@ -84,8 +84,9 @@ struct ScaleMin {
   const uint8_t* qs;
 };
 
+// A K-quant super-block's scalars: Q4_K keeps scale*d in a[0..7] and min*dmin in a[8..15]; Q6_K its 16 scale*d.
 struct KBlock {
-  float d1[8], m1[8];
+  float a[16];
   const uint8_t* p;
 };
 
@@ -143,28 +144,25 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, mn;
           quant::q4k_scale_min(blk + 4, TF_CTL_ON(13) ? (s & 3) : s, sc, mn);
-          k.d1[s] = dd * float(sc);
-          k.m1[s] = dm * float(mn);
+          k.a[s] = dd * float(sc);
+          k.a[8 + s] = dm * float(mn);
         }
         k.p = blk + 16;
         return k;
       }, [&](const KBlock& k, int i) {
         const int s = i >> 5;
         V q = U8Nibbles(k.p + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
-        return hn::Sub(hn::Mul(q, hn::Set(d, k.d1[s])), hn::Set(d, k.m1[s]));
+        return hn::Sub(hn::Mul(q, hn::Set(d, k.a[s])), hn::Set(d, k.a[8 + s]));
       }, x, xs, out, os, Ctl{0, 0, 0, 0, 14});
     case GgmlType::Q6_K:
       return Accumulate<NR, 256>(n_in, [&](int64_t b) {
         const uint8_t* blk = w + b * 210;
         KBlock k;
         const float dd = F16(blk + 208);
-        // The 16 signed sub-scales times d: even ones kept in d1, odd ones in m1.
-        for (int s = 0; s < 16; s += 2) {
-          for (int h = 0; h < 2; ++h) {
-            int sc = reinterpret_cast<const int8_t*>(blk + 192)[s + h];
-            if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
-            (h ? k.m1 : k.d1)[s >> 1] = dd * float(sc);
-          }
+        for (int s = 0; s < 16; ++s) {
+          int sc = reinterpret_cast<const int8_t*>(blk + 192)[s];
+          if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
+          k.a[s] = dd * float(sc);
         }
         k.p = blk;
         return k;
@@ -175,7 +173,7 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         auto qh = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 128 + 32 * n + l));
         qh = hn::And(hn::ShiftRightSame(qh, 2 * g), hn::Set(di, 3));
         auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(qh)), hn::Set(di, 32));
-        return hn::Mul(hn::Set(d, (s & 1) ? k.m1[s >> 1] : k.d1[s >> 1]), hn::ConvertTo(d, q));
+        return hn::Mul(hn::Set(d, k.a[s]), hn::ConvertTo(d, q));
       }, x, xs, out, os, Ctl{0, 16, 0, 0, 0});
     default: {
       // Formats without a direct kernel: the codec's exact block decode into a small aligned buffer.
