@@ -36,38 +36,26 @@ void dequant_q3_k(const uint8_t* b, float* y) {
   }
 }
 
-void dequant_q4_k(const uint8_t* b, float* y) {
+namespace {
+// Q4_K and Q5_K share their scales and nibbles; Q5_K adds a fifth bit per element from qh (nullptr for Q4_K).
+void dequant_k_scale_min(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
   float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
   for (int s = 0; s < 8; ++s) {
     uint8_t sc, mn;
-    q4k_scale_min(scales, s, sc, mn);
+    q4k_scale_min(b + 4, s, sc, mn);
     float d1 = d * float(sc), m1 = dmin * float(mn);
     const uint8_t* q = qs + 32 * (s >> 1);
     for (int l = 0; l < 32; ++l) {
-      int v = (s & 1) ? q[l] >> 4 : q[l] & 15;
+      int v = ((s & 1) ? q[l] >> 4 : q[l] & 15) + (qh ? 16 * ((qh[l] >> s) & 1) : 0);
       y[32 * s + l] = d1 * float(v) - m1;
     }
   }
 }
+}  // namespace
 
-void dequant_q5_k(const uint8_t* b, float* y) {
-  float d = f16_to_f32(load_u16(b)), dmin = f16_to_f32(load_u16(b + 2));
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
-  for (int s = 0; s < 8; ++s) {
-    uint8_t sc, mn;
-    q4k_scale_min(scales, s, sc, mn);
-    float d1 = d * float(sc), m1 = dmin * float(mn);
-    const uint8_t* q = qs + 32 * (s >> 1);
-    for (int l = 0; l < 32; ++l) {
-      int v = ((s & 1) ? q[l] >> 4 : q[l] & 15) + 16 * ((qh[l] >> s) & 1);
-      y[32 * s + l] = d1 * float(v) - m1;
-    }
-  }
-}
+void dequant_q4_k(const uint8_t* b, float* y) { dequant_k_scale_min(b, nullptr, b + 16, y); }
+
+void dequant_q5_k(const uint8_t* b, float* y) { dequant_k_scale_min(b, b + 16, b + 48, y); }
 
 void dequant_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
