@@ -11,7 +11,8 @@ PORT ?= 8080
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake ninja-build ccache pkg-config python3-venv nlohmann-json3-dev libpcre2-dev \
-  libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev
+  libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev \
+  prometheus-cpp-dev
 
 .PHONY: run test test-asan deps apt venv build model bench clean
 

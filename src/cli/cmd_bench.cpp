@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "cli/common.h"
+#include "engine/direct.h"
 #include "engine/loaded_model.h"
 
 namespace tf::cli {
@@ -74,21 +75,16 @@ Runner add_bench(CLI::App& app) {
     std::vector<float> logits(size_t(info.n_vocab));
     std::vector<double> pp_tps, tg_tps;
     for (int64_t rep = 0; rep < o->reps; ++rep) {
-      auto seq = m.model->new_sequence(o->pp + o->tg + 1);
-      std::vector<BatchRow> rows;
-      for (int64_t p = 0; p < o->pp; ++p) rows.push_back({seq.get(), ids[size_t(p)], int32_t(p), p == o->pp - 1});
+      DirectSequence pre(*m.model, o->pp);
       double t0 = now_s();
-      for (size_t b = 0; b < rows.size(); b += 256) {
-        std::vector<BatchRow> chunk(rows.begin() + long(b), rows.begin() + long(std::min(rows.size(), b + 256)));
-        m.model->forward(chunk, logits.data());
-      }
+      for (int64_t b = 0; b < o->pp; b += 256)
+        pre.feed(ids.data() + b, std::min<int64_t>(256, o->pp - b), logits.data(), false);
       pp_tps.push_back(double(o->pp) / (now_s() - t0));
-      auto seq2 = m.model->new_sequence(o->tg + 1);
+      DirectSequence gen(*m.model, o->tg);
       int32_t tok = ids[0];
       double t1 = now_s();
       for (int64_t p = 0; p < o->tg; ++p) {
-        std::vector<BatchRow> row{{seq2.get(), tok, int32_t(p), true}};
-        m.model->forward(row, logits.data());
+        gen.feed(&tok, 1, logits.data(), true);
         tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       tg_tps.push_back(double(o->tg) / (now_s() - t1));

@@ -2,7 +2,7 @@
 
 #include "base/error.h"
 #include "cli/common.h"
-#include "engine/generator.h"
+#include "engine/direct.h"
 #include "engine/loaded_model.h"
 
 namespace tf::cli {
@@ -30,8 +30,7 @@ Runner add_logits(CLI::App& app) {
     if (ids.empty()) fail("no tokens given");
     for (auto id : ids)
       if (id >= m.tokenizer->n_vocab()) fail("token id {} is outside the vocabulary of {}", id, m.tokenizer->n_vocab());
-    Generator gen(*m.model, *m.tokenizer, std::max<int64_t>(o->context, int64_t(ids.size())));
-    auto logits = gen.prompt_logits(ids, o->chunk);
+    auto logits = prompt_logits(*m.model, ids, o->chunk);
     write_npy_f32(o->out, logits.data(), int64_t(ids.size()), m.model->info().n_vocab);
     return 0;
   };

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "cli/common.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "engine/loaded_model.h"
 
 namespace tf::cli {
@@ -32,6 +32,28 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
   c->add_option("--seed", o.seed, "sampling seed (default: derived from the prompt)");
   c->add_option("--threads", o.threads, "worker threads (0: all cores)");
   c->add_option("--chat-template", o.chat_template, "chatml, llama3 or deepseek instead of the file's template");
+}
+
+// Streams one request through a one-lane engine (the server's own code path) to stdout.
+EngineResult stream_reply(Engine& engine, EngineRequest req) {
+  auto h = engine.submit(std::move(req));
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  while (h->wait_next(text, lps)) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    text.clear();
+  }
+  return h->wait_result();
+}
+
+EngineOptions one_lane(const GenOpts& o, const LoadedModel& m) {
+  EngineOptions e;
+  e.parallel = 1;
+  e.context = std::min<int64_t>(o.context, m.model->info().n_ctx_train);
+  e.chunk = 256;
+  e.prompt_cache_gib = 0;
+  return e;
 }
 
 SamplingParams sampling_of(const GenOpts& o, const std::vector<int32_t>& prompt) {
@@ -72,20 +94,20 @@ Runner add_run(CLI::App& app) {
       }
       prompt = m.tokenizer->encode(text);
     }
-    Generator gen(*m.model, *m.tokenizer, std::min<int64_t>(o->context, m.model->info().n_ctx_train));
-    GenerateRequest req;
+    Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));
+    if (prompt.empty()) fail("the prompt is empty");
+    if (int64_t(prompt.size()) >= engine.context())
+      fail("the prompt has {} tokens but the context holds {}", prompt.size(), engine.context());
+    EngineRequest req;
     req.prompt = prompt;
-    req.max_tokens = o->n;
+    req.max_tokens = std::min<int64_t>(o->n, engine.context() - int64_t(prompt.size()));
     req.ignore_eos = o->ignore_eos;
     req.sampling = sampling_of(*o, prompt);
-    auto res = gen.generate(req, [](const std::string& d) {
-      std::fwrite(d.data(), 1, d.size(), stdout);
-      std::fflush(stdout);
-      return true;
-    });
+    EngineResult res = stream_reply(engine, req);
+    const double prompt_s = res.ttft_s, decode_s = res.total_s - res.ttft_s;
     std::printf("\nprompt tokens: %zu, generated tokens: %zu, prompt %.1f tok/s, decode %.1f tok/s\n", prompt.size(),
-                res.ids.size(), double(prompt.size()) / std::max(1e-9, res.prompt_seconds),
-                res.ids.size() > 1 ? double(res.ids.size() - 1) / std::max(1e-9, res.decode_seconds) : 0.0);
+                res.ids.size(), double(prompt.size()) / std::max(1e-9, prompt_s),
+                res.ids.size() > 1 ? double(res.ids.size() - 1) / std::max(1e-9, decode_s) : 0.0);
     if (!o->ids_out.empty()) {
       std::ofstream f(o->ids_out);
       f << nlohmann::json{{"prompt_ids", prompt}, {"ids", res.ids}, {"finish_reason", res.finish_reason}}.dump();
@@ -104,7 +126,7 @@ Runner add_chat(CLI::App& app) {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, o->chat_template);
     if (!m.chat) fail("the model has no chat template; pass --chat-template");
-    Generator gen(*m.model, *m.tokenizer, std::min<int64_t>(o->context, m.model->info().n_ctx_train));
+    Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));
     std::vector<ChatMessage> history;
     if (!o->prompt.empty()) history.push_back({"system", o->prompt});
     std::string line;
@@ -113,19 +135,15 @@ Runner add_chat(CLI::App& app) {
       std::fflush(stdout);
       if (!std::getline(std::cin, line) || line.empty()) break;
       history.push_back({"user", line});
-      GenerateRequest req;
+      EngineRequest req;
       req.prompt = m.tokenizer->encode(m.chat->render(history, true));
-      req.max_tokens = o->n;
-      req.sampling = sampling_of(*o, req.prompt);
-      if (int64_t(req.prompt.size()) >= gen.context()) {
-        std::printf("(the conversation no longer fits the context of %lld tokens)\n", (long long)gen.context());
+      if (int64_t(req.prompt.size()) >= engine.context()) {
+        std::printf("(the conversation no longer fits the context of %lld tokens)\n", (long long)engine.context());
         break;
       }
-      auto res = gen.generate(req, [](const std::string& d) {
-        std::fwrite(d.data(), 1, d.size(), stdout);
-        std::fflush(stdout);
-        return true;
-      });
+      req.max_tokens = std::min<int64_t>(o->n, engine.context() - int64_t(req.prompt.size()));
+      req.sampling = sampling_of(*o, req.prompt);
+      EngineResult res = stream_reply(engine, req);
       std::printf("\n");
       history.push_back({"assistant", res.text});
     }

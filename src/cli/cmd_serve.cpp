@@ -15,7 +15,7 @@ server::HttpServer* g_server = nullptr;
 Runner add_serve(CLI::App& app) {
   auto* c = app.add_subcommand("serve", "serve a model over the OpenAI-compatible HTTP API");
   struct Opts {
-    std::string model, chat_template;
+    std::string model, chat_template, key_file;
     server::ServerOptions s;
     int threads = 0;
   };
@@ -24,7 +24,15 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--host", o->s.host);
   c->add_option("--port", o->s.port);
   c->add_option("--name", o->s.name, "model id (default: the file name without .gguf)");
-  c->add_option("--context", o->s.context, "context size in tokens");
+  c->add_option("--context", o->s.engine.context, "context size in tokens (prompt + reply)");
+  c->add_option("--parallel", o->s.engine.parallel, "sequences decoded together per lane round");
+  c->add_option("--max-queue", o->s.engine.max_queue, "waiting requests before 503");
+  c->add_option("--chunk", o->s.engine.chunk, "prompt tokens per sequence per round");
+  c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache");
+  c->add_option("--drafter", o->s.engine.drafter, "auto, none or ctx");
+  c->add_option("--draft-max", o->s.engine.draft_max, "drafted tokens per round and sequence");
+  c->add_flag_callback("--no-drafts", [o] { o->s.engine.drafter = "none"; }, "serve every request serially");
+  c->add_option("--api-key-file", o->key_file, "accepted API keys, one per line (raw or sha256:HEX)");
   c->add_option("--max-tokens", o->s.max_tokens, "default reply cap");
   c->add_option("--temperature", o->s.temperature, "default temperature");
   c->add_option("--top-p", o->s.top_p);
@@ -37,7 +45,8 @@ Runner add_serve(CLI::App& app) {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, o->chat_template);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
-    o->s.context = std::min(o->s.context, m.model->info().n_ctx_train);
+    o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);
+    if (!o->key_file.empty()) o->s.key_hashes = server::load_api_keys(o->key_file);
     server::HttpServer srv(m, o->s);
     g_server = &srv;
     std::signal(SIGINT, [](int) { if (g_server) g_server->stop(); });

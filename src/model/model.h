@@ -25,16 +25,10 @@ struct ModelInfo {
   std::map<std::string, int64_t> tensors_by_format;  // format name -> tensor count
 };
 
-// One sequence's cached state (KV); owned by the engine, shaped by the model.
-class SequenceState {
- public:
-  virtual ~SequenceState() = default;
-  virtual int64_t capacity() const = 0;  // positions it can hold
-};
-
-// One row of a forward: a token at an absolute position of a sequence.
+// One row of a forward: a token at an absolute position of a sequence. A sequence is named by its page table
+// (the engine's KV pages, in position order); rows of one sequence share the same table object.
 struct BatchRow {
-  SequenceState* seq = nullptr;
+  const std::vector<int32_t>* pages = nullptr;
   int32_t token = 0;
   int32_t pos = 0;
   bool want_logits = false;
@@ -44,7 +38,10 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  virtual std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const = 0;
+  // KV floats one token needs over all layers (keys and values); a page holds page_size tokens of it.
+  virtual int64_t kv_floats_per_token() const = 0;
+  // The engine's page pool: `n_pages` pages of page_size * kv_floats_per_token() floats each.
+  virtual void bind_kv(float* base, int64_t n_pages, int64_t page_size) = 0;
   // Runs every row; writes [n_wanted, n_vocab] logits in row order for rows with want_logits. Rows of one sequence
   // must be consecutive with increasing positions; a row's bits do not depend on the other rows.
   virtual void forward(const std::vector<BatchRow>& rows, float* logits) = 0;

@@ -144,8 +144,14 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   }
   q.ignore_eos = boolean(j, "ignore_eos");
   q.return_token_ids = boolean(j, "return_token_ids");
-  boolean(j, "draft");
-  if (boolean(j, "logprobs")) bad("logprobs", "'logprobs' is not supported yet");
+  if (j.contains("draft") && !j["draft"].is_null()) q.draft = boolean(j, "draft");
+  if (chat) {
+    if (boolean(j, "logprobs")) q.top_logprobs = int(integer(j, "top_logprobs", 0).value_or(0));
+    else if (integer(j, "top_logprobs", 0)) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else if (auto lp = integer(j, "logprobs", 0)) {
+    q.top_logprobs = int(*lp);
+  }
+  if (q.top_logprobs > 20) bad(chat ? "top_logprobs" : "logprobs", "at most 20 alternatives per token are returned");
   if (j.contains("response_format") && !j["response_format"].is_null()) {
     const json& rf = j["response_format"];
     if (!rf.is_object() || rf.value("type", "") != "text")
@@ -170,13 +176,13 @@ json usage_json(const CompletionResult& r) {
 }
 
 json tensorfold_json(const CompletionResult& r, bool with_ids) {
-  json t = {{"token_sha", r.token_sha}, {"draft_tokens", 0}, {"accepted_tokens", 0}};
+  json t = {{"token_sha", r.token_sha}, {"draft_tokens", r.draft_tokens}, {"accepted_tokens", r.accepted_tokens}};
   if (with_ids) t["token_ids"] = r.ids;
   return t;
 }
 
 json completion_response(const CompletionRequest& q, const CompletionResult& r) {
-  json choice = {{"index", 0}, {"finish_reason", r.finish_reason}, {"logprobs", nullptr}};
+  json choice = {{"index", 0}, {"finish_reason", r.finish_reason}, {"logprobs", r.logprobs}};
   if (q.chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   else choice["text"] = r.text;
   return {{"id", r.id},
@@ -192,7 +198,7 @@ json completion_response(const CompletionRequest& q, const CompletionResult& r) 
 json stream_chunk(const CompletionRequest& q, const CompletionResult& r, const std::string& delta, bool role,
                   const std::string& finish_reason) {
   json choice = {{"index", 0}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)},
-                 {"logprobs", nullptr}};
+                 {"logprobs", r.logprobs}};
   if (q.chat) {
     json d = json::object();
     if (role) d["role"] = "assistant", d["content"] = "";

@@ -23,6 +23,8 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, ignore_eos = false, return_token_ids = false;
+  bool draft = true;
+  int top_logprobs = -1;  // -1: no logprobs
 };
 
 // Parses and validates a body; throws ApiError (400) naming the field at fault.
@@ -30,8 +32,9 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat);
 
 struct CompletionResult {
   std::string id, model, text, finish_reason, token_sha;
-  int64_t created = 0, prompt_tokens = 0, cached_tokens = 0;
+  int64_t created = 0, prompt_tokens = 0, cached_tokens = 0, draft_tokens = 0, accepted_tokens = 0;
   std::vector<int32_t> ids;
+  nlohmann::json logprobs;  // null, or the OpenAI logprobs object of the choice
 };
 
 nlohmann::json usage_json(const CompletionResult& r);

@@ -91,11 +91,22 @@ std::string check_attention() {
   const int64_t hd = 64, nh = 9, nkv = 3, kvs = nkv * hd, cap = 320;
   auto k = random_floats(size_t(cap * kvs), rng), v = random_floats(size_t(cap * kvs), rng);
   const float scale = 0.125f;
+  // Pages of 16 positions, listed out of memory order, so the check also covers the page indirection.
+  const int64_t P = 16, n_pages = cap / P;
+  std::vector<const float*> kp(static_cast<size_t>(n_pages)), vp(static_cast<size_t>(n_pages));
+  for (int64_t i = 0; i < n_pages; ++i) {
+    int64_t phys = (i * 7) % n_pages;
+    kp[size_t(i)] = k.data() + phys * P * kvs;
+    vp[size_t(i)] = v.data() + phys * P * kvs;
+  }
+  const cpu::KvView view{kp.data(), vp.data(), P, kvs};
+  auto K = [&](int64_t j) { return view.k(j); };
+  auto Vr = [&](int64_t j) { return view.v(j); };
   for (std::vector<int32_t> pos : {std::vector<int32_t>{0}, {5, 6}, {1, 40, 41, 42, 299}}) {
     const int64_t rows = int64_t(pos.size());
     auto q = random_floats(size_t(rows * nh * hd), rng);
     std::vector<float> out(size_t(rows * nh * hd));
-    cpu::attention(q.data(), rows, pos.data(), k.data(), v.data(), kvs, nh, nkv, hd, scale, out.data(), pool());
+    cpu::attention(q.data(), rows, pos.data(), view, nh, nkv, hd, scale, out.data(), pool());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
@@ -104,7 +115,7 @@ std::string check_attention() {
         for (int64_t j = 0; j < nk; ++j) {
           double d = 0, s = 0;
           for (int64_t i = 0; i < hd; ++i) {
-            double t = double(q[size_t((r * nh + h) * hd + i)]) * k[size_t(j * kvs + g * hd + i)];
+            double t = double(q[size_t((r * nh + h) * hd + i)]) * K(j)[g * hd + i];
             d += t;
             s += std::fabs(t);
           }
@@ -117,8 +128,8 @@ std::string check_attention() {
         for (int64_t i = 0; i < hd; ++i) {
           double ref = 0, mag = 0;
           for (int64_t j = 0; j < nk; ++j) {
-            ref += sc[size_t(j)] / sum * v[size_t(j * kvs + g * hd + i)];
-            mag += sc[size_t(j)] / sum * std::fabs(v[size_t(j * kvs + g * hd + i)]);
+            ref += sc[size_t(j)] / sum * Vr(j)[g * hd + i];
+            mag += sc[size_t(j)] / sum * std::fabs(Vr(j)[g * hd + i]);
           }
           double got = out[size_t((r * nh + h) * hd + i)];
           double bound = 4 * kU * mag * (double(hd) * max_s + double(nk) + 8);
@@ -127,8 +138,7 @@ std::string check_attention() {
         }
       }
       std::vector<float> alone(size_t(nh * hd));
-      cpu::attention(q.data() + r * nh * hd, 1, &pos[size_t(r)], k.data(), v.data(), kvs, nh, nkv, hd, scale,
-                     alone.data(), pool());
+      cpu::attention(q.data() + r * nh * hd, 1, &pos[size_t(r)], view, nh, nkv, hd, scale, alone.data(), pool());
       if (first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()) >= 0)
         return fmt::format("row at pos {} differs when computed alone", pos[size_t(r)]);
     }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "engine/kv_cache.h"
 #include "engine/loaded_model.h"
 
 namespace tf {
@@ -30,20 +31,22 @@ TEST(ModelRows, BatchedRowsEqualSoloRowsBitForBit) {
   const int64_t V = m.model->info().n_vocab;
   const std::vector<std::vector<int32_t>> prompts = {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314},
                                                      {22, 23, 24}};
-  std::vector<std::unique_ptr<SequenceState>> seqs;
+  // Pages of 8 positions handed out in a scrambled order, so sequences interleave in the pool.
+  KvCache kv(64, 8, 8 * m.model->kv_floats_per_token(), 0);
+  m.model->bind_kv(kv.base(), 64, 8);
+  std::vector<KvLease> leases;
   std::vector<BatchRow> rows;
-  for (auto& p : prompts) {
-    seqs.push_back(m.model->new_sequence(64));
-    for (size_t i = 0; i < p.size(); ++i) rows.push_back({seqs.back().get(), p[i], int32_t(i), true});
-  }
+  for (auto& p : prompts) leases.push_back(*kv.acquire({}, 16));
+  for (size_t s = 0; s < prompts.size(); ++s)
+    for (size_t i = 0; i < prompts[s].size(); ++i) rows.push_back({&leases[s].pages, prompts[s][i], int32_t(i), true});
   std::vector<float> batched(rows.size() * size_t(V));
   m.model->forward(rows, batched.data());
   size_t r = 0;
   for (auto& p : prompts) {
-    auto solo = m.model->new_sequence(64);
+    KvLease solo = *kv.acquire({}, 16);
     std::vector<float> one(static_cast<size_t>(V));
     for (size_t i = 0; i < p.size(); ++i, ++r) {
-      std::vector<BatchRow> row{{solo.get(), p[i], int32_t(i), true}};
+      std::vector<BatchRow> row{{&solo.pages, p[i], int32_t(i), true}};
       m.model->forward(row, one.data());
       ASSERT_EQ(std::memcmp(one.data(), batched.data() + r * size_t(V), size_t(V) * sizeof(float)), 0)
           << "row " << r << " (position " << i << ") differs from its solo run";

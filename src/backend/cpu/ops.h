@@ -35,10 +35,21 @@ void rope_angles(int64_t pos, int64_t n_rot, double freq_base, double freq_scale
 void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t n_rot,
           const float* cos, const float* sin, RopePairing pairing);
 
-// Causal GQA attention of each query row r over cached keys [0, pos[r]]: q [n_rows, n_head*hd], k/v rows of
-// kv_stride floats per position, out [n_rows, n_head*hd]. Keys are visited in position order only.
-void attention(const float* q, int64_t n_rows, const int32_t* pos, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out, ThreadPool& pool);
+// Keys and values of one sequence in one layer, stored in fixed-size pages: position j lives in page j / page_size,
+// row j % page_size, each row `row_stride` floats (all KV heads).
+struct KvView {
+  const float* const* k_pages = nullptr;
+  const float* const* v_pages = nullptr;
+  int64_t page_size = 0;
+  int64_t row_stride = 0;
+  const float* k(int64_t j) const { return k_pages[j / page_size] + (j % page_size) * row_stride; }
+  const float* v(int64_t j) const { return v_pages[j / page_size] + (j % page_size) * row_stride; }
+};
+
+// Causal GQA attention of each query row r over its sequence's keys [0, pos[r]]: q and out are [n_rows, n_head*hd].
+// Keys are visited in position order only, so a row's bits do not depend on the batch or the page layout.
+void attention(const float* q, int64_t n_rows, const int32_t* pos, const KvView& kv, int64_t n_head, int64_t n_kv_head,
+               int64_t head_dim, float scale, float* out, ThreadPool& pool);
 
 // out = silu(gate) * up, elementwise.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

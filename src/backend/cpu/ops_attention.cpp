@@ -20,8 +20,8 @@ inline float dot_fixed(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void attention(const float* q, int64_t n_rows, const int32_t* pos, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out, ThreadPool& pool) {
+void attention(const float* q, int64_t n_rows, const int32_t* pos, const KvView& kv, int64_t n_head, int64_t n_kv_head,
+               int64_t head_dim, float scale, float* out, ThreadPool& pool) {
   const int64_t group = n_head / n_kv_head;
   const int64_t q_stride = n_head * head_dim;
   pool.parallel_for(size_t(n_rows * n_head), 1, [&](size_t t0, size_t t1) {
@@ -36,7 +36,7 @@ void attention(const float* q, int64_t n_rows, const int32_t* pos, const float* 
       scores.resize(size_t(n_keys));
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n_keys; ++j) {
-        scores[j] = dot_fixed(qr, k + j * kv_stride + kvh * head_dim, head_dim) * scale;
+        scores[j] = dot_fixed(qr, kv.k(j) + kvh * head_dim, head_dim) * scale;
         mx = std::max(mx, scores[j]);
       }
       double sum = 0;
@@ -49,7 +49,7 @@ void attention(const float* q, int64_t n_rows, const int32_t* pos, const float* 
       for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
       for (int64_t j = 0; j < n_keys; ++j) {
         float p = scores[j] * inv;
-        const float* vj = v + j * kv_stride + kvh * head_dim;
+        const float* vj = kv.v(j) + kvh * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
       }
     }

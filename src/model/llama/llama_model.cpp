@@ -34,13 +34,6 @@ std::vector<float> vec(const GgufFile& f, const std::string& name, int64_t n, bo
 
 }  // namespace
 
-LlamaSequence::LlamaSequence(int64_t n_layer, int64_t n_ctx, int64_t row) : n_ctx_(n_ctx) {
-  for (int64_t l = 0; l < n_layer; ++l) {
-    k_.emplace_back(new float[size_t(n_ctx * row)]);
-    v_.emplace_back(new float[size_t(n_ctx * row)]);
-  }
-}
-
 ModelInfo llama_inspect(const GgufFile& f) {
   LlamaConfig c = llama_config_from_gguf(f);
   ModelInfo i;
@@ -63,6 +56,7 @@ LlamaModel::LlamaModel(std::shared_ptr<const GgufFile> file, ThreadPool& pool)
     : file_(std::move(file)), pool_(pool), cfg_(llama_config_from_gguf(*file_)), info_(llama_inspect(*file_)) {
   const GgufFile& f = *file_;
   const auto& c = cfg_;
+  kv_row_ = c.n_head_kv * c.head_dim_k;
   const int64_t E = c.n_embd, Dq = c.n_head * c.head_dim_k, Dkv = c.n_head_kv * c.head_dim_k;
   tok_embd_ = weight(f, "token_embd.weight", E, c.n_vocab);
   output_ = f.tensor("output.weight") ? weight(f, "output.weight", E, c.n_vocab) : tok_embd_;
@@ -88,8 +82,18 @@ LlamaModel::LlamaModel(std::shared_ptr<const GgufFile> file, ThreadPool& pool)
   }
 }
 
-std::unique_ptr<SequenceState> LlamaModel::new_sequence(int64_t n_ctx) const {
-  return std::make_unique<LlamaSequence>(cfg_.n_layer, n_ctx, cfg_.n_head_kv * cfg_.head_dim_k);
+int64_t LlamaModel::kv_floats_per_token() const { return cfg_.n_layer * 2 * kv_row_; }
+
+void LlamaModel::bind_kv(float* base, int64_t n_pages, int64_t page_size) {
+  kv_base_ = base;
+  kv_pages_ = n_pages;
+  page_size_ = page_size;
+}
+
+float* LlamaModel::kv_row_ptr(int32_t page, int64_t layer, bool value, int64_t slot) const {
+  TF_CHECK(page >= 0 && page < kv_pages_, "KV page {} outside the pool of {}", page, kv_pages_);
+  return kv_base_ + int64_t(page) * page_size_ * kv_floats_per_token() + (2 * layer + (value ? 1 : 0)) * page_size_ * kv_row_ +
+         slot * kv_row_;
 }
 
 void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const std::vector<BatchRow>& rows) {
@@ -107,17 +111,24 @@ void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const std::vec
   cpu::rope(k_.data(), n, Dkv, c.n_head_kv, D, c.n_rot, cos_.data(), sin_.data(), c.rope_pairing);
   // Every row's K/V is stored before any row attends, so a prefill chunk sees its own earlier tokens.
   for (int64_t r = 0; r < n; ++r) {
-    auto* s = static_cast<LlamaSequence*>(rows[r].seq);
-    std::copy_n(k_.data() + r * Dkv, Dkv, s->k(il) + int64_t(rows[r].pos) * Dkv);
-    std::copy_n(v_.data() + r * Dkv, Dkv, s->v(il) + int64_t(rows[r].pos) * Dkv);
+    const auto& pages = *rows[r].pages;
+    int32_t page = pages.at(size_t(rows[r].pos / page_size_));
+    std::copy_n(k_.data() + r * Dkv, Dkv, kv_row_ptr(page, il, false, rows[r].pos % page_size_));
+    std::copy_n(v_.data() + r * Dkv, Dkv, kv_row_ptr(page, il, true, rows[r].pos % page_size_));
   }
   const float scale = float(1.0 / std::sqrt(double(D)));
   for (int64_t r0 = 0; r0 < n;) {
-    int64_t r1 = r0 + 1;
-    while (r1 < n && rows[r1].seq == rows[r0].seq) ++r1;
-    auto* s = static_cast<LlamaSequence*>(rows[r0].seq);
-    cpu::attention(q_.data() + r0 * Dq, r1 - r0, pos_.data() + r0, s->k(il), s->v(il), Dkv, c.n_head, c.n_head_kv, D,
-                   scale, att_.data() + r0 * Dq, pool_);
+    int64_t r1 = r0 + 1, max_pos = rows[r0].pos;
+    while (r1 < n && rows[r1].pages == rows[r0].pages) max_pos = std::max<int64_t>(max_pos, rows[r1++].pos);
+    const auto& pages = *rows[r0].pages;
+    kp_.clear();
+    vp_.clear();
+    for (int64_t i = 0; i <= max_pos / page_size_; ++i) {
+      kp_.push_back(kv_row_ptr(pages.at(size_t(i)), il, false, 0));
+      vp_.push_back(kv_row_ptr(pages.at(size_t(i)), il, true, 0));
+    }
+    cpu::attention(q_.data() + r0 * Dq, r1 - r0, pos_.data() + r0, cpu::KvView{kp_.data(), vp_.data(), page_size_, Dkv},
+                   c.n_head, c.n_head_kv, D, scale, att_.data() + r0 * Dq, pool_);
     r0 = r1;
   }
   cpu::matmul(L.wo, att_.data(), n, o_.data(), pool_);
@@ -144,7 +155,8 @@ void LlamaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     const BatchRow& b = rows[r];
-    TF_CHECK(b.seq && b.pos >= 0 && b.pos < b.seq->capacity(), "row {} position {} outside its sequence", r, b.pos);
+    TF_CHECK(kv_base_ && b.pages && b.pos >= 0 && b.pos / page_size_ < int64_t(b.pages->size()),
+             "row {} position {} outside its sequence's pages", r, b.pos);
     TF_CHECK(b.token >= 0 && b.token < c.n_vocab, "row {} token {} outside the vocabulary", r, b.token);
     ids[r] = b.token;
     pos_[r] = b.pos;

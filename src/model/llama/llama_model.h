@@ -16,24 +16,12 @@ struct LlamaLayer {
   cpu::WeightView gate, up, down;            // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
 
-// KV of one sequence: per layer [n_ctx, n_kv*d_k] f32 for keys and for values.
-class LlamaSequence : public SequenceState {
- public:
-  LlamaSequence(int64_t n_layer, int64_t n_ctx, int64_t row);
-  int64_t capacity() const override { return n_ctx_; }
-  float* k(int64_t layer) { return k_[layer].get(); }
-  float* v(int64_t layer) { return v_[layer].get(); }
-
- private:
-  int64_t n_ctx_;
-  std::vector<std::unique_ptr<float[]>> k_, v_;
-};
-
 class LlamaModel : public Model {
  public:
   LlamaModel(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override;
+  int64_t kv_floats_per_token() const override;
+  void bind_kv(float* base, int64_t n_pages, int64_t page_size) override;
   void forward(const std::vector<BatchRow>& rows, float* logits) override;
   const LlamaConfig& config() const { return cfg_; }
 
@@ -48,9 +36,14 @@ class LlamaModel : public Model {
   std::vector<float> output_norm_;
   std::vector<float> rope_freqs_;
   std::vector<LlamaLayer> layers_;
+  // Paged KV: page p, layer l holds page_size K rows then page_size V rows of kv_row_ floats.
+  float* kv_base_ = nullptr;
+  int64_t kv_pages_ = 0, page_size_ = 0, kv_row_ = 0;
+  float* kv_row_ptr(int32_t page, int64_t layer, bool value, int64_t slot) const;
   // Scratch reused across forwards, sized to the row count.
   std::vector<float> x_, h_, q_, k_, v_, att_, o_, g_, u_, cos_, sin_;
   std::vector<int32_t> pos_;
+  std::vector<const float*> kp_, vp_;
 };
 
 ModelInfo llama_inspect(const GgufFile& f);

@@ -1,0 +1,33 @@
+#include "engine/direct.h"
+
+#include "base/error.h"
+
+namespace tf {
+
+DirectSequence::DirectSequence(Model& model, int64_t capacity, int64_t page_size) : model_(model) {
+  const int64_t pages = (capacity + page_size - 1) / page_size;
+  kv_ = std::make_unique<KvCache>(pages, page_size, page_size * model.kv_floats_per_token(), 0);
+  model_.bind_kv(kv_->base(), pages, page_size);
+  lease_ = *kv_->acquire({}, capacity);
+}
+
+void DirectSequence::feed(const int32_t* ids, int64_t n, float* logits, bool all_logits) {
+  if (n_fed_ + n > int64_t(lease_.pages.size()) * kv_->page_size())
+    fail("{} tokens do not fit this sequence's {} positions", n_fed_ + n, lease_.pages.size() * kv_->page_size());
+  std::vector<BatchRow> rows;
+  for (int64_t i = 0; i < n; ++i) rows.push_back({&lease_.pages, ids[i], int32_t(n_fed_ + i), all_logits || i == n - 1});
+  model_.forward(rows, logits);
+  n_fed_ += n;
+}
+
+std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& ids, int64_t chunk) {
+  const int64_t n = int64_t(ids.size()), V = model.info().n_vocab;
+  DirectSequence seq(model, std::max<int64_t>(1, n));
+  std::vector<float> out(size_t(n * V));
+  chunk = chunk > 0 ? chunk : n;
+  for (int64_t p0 = 0; p0 < n; p0 += chunk)
+    seq.feed(ids.data() + p0, std::min(chunk, n - p0), out.data() + p0 * V, true);
+  return out;
+}
+
+}  // namespace tf
