@@ -210,12 +210,6 @@ void Engine::round() {
   }
   std::lock_guard<std::mutex> lk(mu_);
   stats_.rounds += 1;
-  for (auto& sp : running_)
-    if (sp->done) {
-      stats_.generated_tokens += int64_t(sp->result.ids.size());
-      stats_.draft_tokens += sp->result.draft_tokens;
-      stats_.accepted_tokens += sp->result.accepted_tokens;
-    }
   std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
   stats_.running = int64_t(running_.size());
   stats_.pages_used = kv_->pages_used();
@@ -259,6 +253,12 @@ void Engine::finish(Seq& s, const std::string& reason) {
   s.result.finish_reason = s.stops->stopped() ? "stop" : reason;
   s.result.total_s = now_s() - s.submitted;
   kv_->release(s.lease, s.tokens, s.n_fed);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.generated_tokens += int64_t(s.result.ids.size());
+    stats_.draft_tokens += s.result.draft_tokens;
+    stats_.accepted_tokens += s.result.accepted_tokens;
+  }
   s.handle->finish(std::move(s.result));
 }
 
