@@ -5,6 +5,7 @@
 #include <hwy/highway.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/dot_kernels.h"
 #include "backend/ctl.h"
@@ -90,27 +91,30 @@ struct KBlock {
   const uint8_t* p;
 };
 
-template <int NR>
-void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, int64_t xs, float* out, int64_t os) {
+// Hands `visit(block, prep, chunk, ctl, n_in)` the decode of one weight row's format.
+template <class Visit>
+void WithFormat(GgmlType type, const uint8_t* w, int64_t n_in, const Visit& visit) {
   const D d;
   const DI di;
+  using B32 = std::integral_constant<int, 32>;
+  using B256 = std::integral_constant<int, 256>;
   auto ptr = [&](int64_t b) { return b; };
   switch (type) {
     case GgmlType::F32:
-      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
+      return visit(B32{}, ptr, [&](int64_t b, int i) {
         return hn::LoadU(d, reinterpret_cast<const float*>(w) + b * 32 + i);
-      }, x, xs, out, os, Ctl{1, 2, 0, 0, 0});
+      }, Ctl{1, 2, 0, 0, 0}, n_in);
     case GgmlType::F16:
-      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
+      return visit(B32{}, ptr, [&](int64_t b, int i) {
         return hn::PromoteTo(d, hn::LoadU(DF16(), reinterpret_cast<const hwy::float16_t*>(w) + b * 32 + i));
-      }, x, xs, out, os, Ctl{0, 0, 3, 0, 4});
+      }, Ctl{0, 0, 3, 0, 4}, n_in);
     case GgmlType::BF16:
-      return Accumulate<NR, 32>(n_in, ptr, [&](int64_t b, int i) {
+      return visit(B32{}, ptr, [&](int64_t b, int i) {
         auto u = hn::PromoteTo(DU32(), hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(w) + b * 32 + i));
         return hn::BitCast(d, hn::ShiftLeft<16>(u));
-      }, x, xs, out, os, Ctl{0, 6, 0, 5, 0});
+      }, Ctl{0, 6, 0, 5, 0}, n_in);
     case GgmlType::Q4_0:
-      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
+      return visit(B32{}, [&](int64_t b) {
         const uint8_t* blk = w + b * 18;
         return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
       }, [&](const ScaleMin& s, int i) {
@@ -119,25 +123,25 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         auto q = hn::PromoteTo(di, hn::LoadU(DU8(), s.qs + (i & 15)));
         q = high ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 15));
         return hn::Mul(hn::ConvertTo(d, hn::Sub(q, hn::Set(di, 8))), s.d);
-      }, x, xs, out, os, Ctl{8, 0, 0, 0, 0});
+      }, Ctl{8, 0, 0, 0, 0}, n_in);
     case GgmlType::Q4_1:
-      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
+      return visit(B32{}, [&](int64_t b) {
         const uint8_t* blk = w + b * 20;
         return ScaleMin{hn::Set(d, F16(blk)), hn::Set(d, TF_CTL_ON(9) ? 0.0f : F16(blk + 2)), blk + 4};
       }, [&](const ScaleMin& s, int i) {
         return hn::Add(hn::Mul(U8Nibbles(s.qs + (i & 15), i >= 16), s.d), s.m);
-      }, x, xs, out, os, Ctl{0, 0, 10, 0, 0});
+      }, Ctl{0, 0, 10, 0, 0}, n_in);
     case GgmlType::Q8_0:
-      return Accumulate<NR, 32>(n_in, [&](int64_t b) {
+      return visit(B32{}, [&](int64_t b) {
         const uint8_t* blk = w + b * 34;
         return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
       }, [&](const ScaleMin& s, int i) {
         hn::Vec<DI> q = TF_CTL_ON(11) ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), s.qs + i)))
                                       : hn::PromoteTo(di, hn::LoadU(DI8(), reinterpret_cast<const int8_t*>(s.qs + i)));
         return hn::Mul(hn::ConvertTo(d, q), s.d);
-      }, x, xs, out, os, Ctl{0, 0, 0, 12, 0});
+      }, Ctl{0, 0, 0, 12, 0}, n_in);
     case GgmlType::Q4_K:
-      return Accumulate<NR, 256>(n_in, [&](int64_t b) {
+      return visit(B256{}, [&](int64_t b) {
         const uint8_t* blk = w + b * 144;
         KBlock k;
         const float dd = F16(blk), dm = F16(blk + 2);
@@ -153,9 +157,9 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         const int s = i >> 5;
         V q = U8Nibbles(k.p + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
         return hn::Sub(hn::Mul(q, hn::Set(d, k.a[s])), hn::Set(d, k.a[8 + s]));
-      }, x, xs, out, os, Ctl{0, 0, 0, 0, 14});
+      }, Ctl{0, 0, 0, 0, 14}, n_in);
     case GgmlType::Q6_K:
-      return Accumulate<NR, 256>(n_in, [&](int64_t b) {
+      return visit(B256{}, [&](int64_t b) {
         const uint8_t* blk = w + b * 210;
         KBlock k;
         const float dd = F16(blk + 208);
@@ -174,7 +178,7 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         qh = hn::And(hn::ShiftRightSame(qh, 2 * g), hn::Set(di, 3));
         auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(qh)), hn::Set(di, 32));
         return hn::Mul(hn::Set(d, k.a[s]), hn::ConvertTo(d, q));
-      }, x, xs, out, os, Ctl{0, 16, 0, 0, 0});
+      }, Ctl{0, 16, 0, 0, 0}, n_in);
     default: {
       // Formats without a direct kernel: the codec's exact block decode into a small aligned buffer.
       auto info = ggml_type_info(uint32_t(type));
@@ -186,10 +190,45 @@ void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, in
         return b;
       };
       auto chunk = [&](int64_t, int i) { return hn::Load(d, buf + i); };
-      if (be == 256) return Accumulate<NR, 256>(nin, prep, chunk, x, xs, out, os, Ctl{18, 0, 0, 0, 0});
-      return Accumulate<NR, 32>(nin, prep, chunk, x, xs, out, os, Ctl{18, 0, 0, 0, 0});
+      if (be == 256) return visit(B256{}, prep, chunk, Ctl{18, 0, 0, 0, 0}, nin);
+      return visit(B32{}, prep, chunk, Ctl{18, 0, 0, 0, 0}, nin);
     }
   }
+}
+
+template <int NR>
+void DotFormat(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, int64_t xs, float* out, int64_t os) {
+  WithFormat(type, w, n_in, [&](auto blk, const auto& prep, const auto& chunk, Ctl ctl, int64_t nin) {
+    Accumulate<NR, decltype(blk)::value>(nin, prep, chunk, x, xs, out, os, ctl);
+  });
+}
+
+// Batches: decode a weight row once with the same chunk decode (DecodeRow), then run tiles of rows over the decoded
+// row with Accumulate's arithmetic (DotDecodedTile), so each row's bits equal the decode-in-registers path.
+void DecodeRow(GgmlType type, const uint8_t* w, int64_t n_in, float* buf) {
+  WithFormat(type, w, n_in, [&](auto blk, const auto& prep, const auto& chunk, Ctl, int64_t nin) {
+    constexpr int B = decltype(blk)::value;
+    constexpr int N = int(hn::MaxLanes(D()));
+    for (int64_t b = 0; b < nin / B; ++b) {
+      const auto st = prep(b);
+      for (int c = 0; c < B / N; ++c) hn::StoreU(chunk(st, c * N), D(), buf + b * B + c * N);
+    }
+  });
+}
+
+void DotDecodedTile(GgmlType type, const float* buf, int64_t n_in, const float* x, int64_t xs, int nr, float* out,
+                    int64_t os) {
+  WithFormat(type, nullptr, n_in, [&](auto blk, const auto&, const auto&, Ctl ctl, int64_t nin) {
+    constexpr int B = decltype(blk)::value;
+    auto id = [](int64_t b) { return b; };
+    auto load = [&](int64_t b, int i) { return hn::LoadU(D(), buf + b * B + i); };
+    switch (nr) {
+      case 1: return Accumulate<1, B>(nin, id, load, x, xs, out, os, ctl);
+      case 2: return Accumulate<2, B>(nin, id, load, x, xs, out, os, ctl);
+      case 3: return Accumulate<3, B>(nin, id, load, x, xs, out, os, ctl);
+      default: return Accumulate<4, B>(nin, id, load, x, xs, out, os, ctl);
+    }
+  });
 }
 
 void DotTile(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, int64_t xs, int nr, float* out,
@@ -209,6 +248,17 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tf::cpu {
 HWY_EXPORT(DotTile);
+HWY_EXPORT(DecodeRow);
+HWY_EXPORT(DotDecodedTile);
+
+void decode_row(GgmlType type, const uint8_t* wrow, int64_t n_in, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeRow)(type, wrow, n_in, out);
+}
+
+void dot_tile_decoded(GgmlType type, const float* wrow, int64_t n_in, const float* x, int64_t x_stride, int nr,
+                      float* out, int64_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(DotDecodedTile)(type, wrow, n_in, x, x_stride, nr, out, out_stride);
+}
 
 void dot_tile(GgmlType type, const uint8_t* wrow, int64_t n_in, const float* x, int64_t x_stride, int nr, float* out,
               int64_t out_stride) {
