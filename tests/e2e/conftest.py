@@ -6,7 +6,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -71,9 +71,17 @@ class ServerHandle:
     port: int
     proc: subprocess.Popen
     log_path: Path
+    cmd: list = field(default_factory=list)
+    log_file: object = None
 
     def log_tail(self, lines: int = 40) -> str:
         return _log_tail(self.log_path, lines)
+
+    def stop(self) -> None:
+        """SIGTERM, then kill after 10 s; safe to call more than once."""
+        _stop(self.proc)
+        if self.log_file is not None and not self.log_file.closed:
+            self.log_file.close()
 
 
 def _health_ok(base_url: str) -> bool:
@@ -95,15 +103,14 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def server(tf_bin, model_path, tmp_path_factory) -> ServerHandle:
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
+def launch_server(tf_bin: str, model_path: str, log_path: Path, extra_args=()) -> ServerHandle:
+    """Start `tensorfold serve` on a free port and wait for /health; fails the test with the log tail otherwise."""
     port = _free_port()
     cmd = [tf_bin, "serve", model_path, "--host", "127.0.0.1", "--port", str(port),
-           "--name", MODEL_ID, "--context", str(SERVER_CONTEXT)]
+           "--name", MODEL_ID, *[str(a) for a in extra_args]]
     log = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    handle = ServerHandle(f"http://127.0.0.1:{port}", port, proc, log_path)
+    handle = ServerHandle(f"http://127.0.0.1:{port}", port, proc, log_path, cmd, log)
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     try:
         while not _health_ok(handle.base_url):
@@ -113,11 +120,37 @@ def server(tf_bin, model_path, tmp_path_factory) -> ServerHandle:
             if time.monotonic() > deadline:
                 pytest.fail(f"server /health not 200 after {HEALTH_TIMEOUT_S:.0f} s\n"
                             f"command: {' '.join(cmd)}\n--- log tail ---\n{handle.log_tail()}")
-            time.sleep(0.25)
+            time.sleep(0.05)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+@pytest.fixture(scope="session")
+def server(tf_bin, model_path, tmp_path_factory) -> ServerHandle:
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    handle = launch_server(tf_bin, model_path, log_path, ["--context", SERVER_CONTEXT])
+    try:
         yield handle
     finally:
-        _stop(proc)
-        log.close()
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def start_server(tf_bin, model_path, tmp_path_factory):
+    """Factory: start_server(*extra_args) launches another server with those flags; all are stopped at session end."""
+    started = []
+
+    def start(*extra_args) -> ServerHandle:
+        log_path = tmp_path_factory.mktemp("extra_server") / "server.log"
+        handle = launch_server(tf_bin, model_path, log_path, extra_args)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
 
 
 @pytest.fixture(scope="session")
