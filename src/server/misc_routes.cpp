@@ -5,22 +5,9 @@ namespace tf::server {
 
 using json = nlohmann::json;
 
-namespace {
-json parse_object(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_request_error",
-                   "invalid_json");
-  }
-  if (!j.is_object()) throw ApiError(400, "request body must be a JSON object", "", "invalid_request_error", "invalid_json");
-  return j;
-}
-}  // namespace
 
 void handle_tokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
     json fake = {{"messages", j["messages"]}};
@@ -39,7 +26,7 @@ void handle_tokenize(ServerContext& c, const httplib::Request& req, httplib::Res
 }
 
 void handle_detokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   if (!j.contains("tokens") || !j["tokens"].is_array()) throw ApiError(400, "'tokens' must be an array of ids", "tokens");
   std::vector<int32_t> ids;
   for (auto& v : j["tokens"]) {

@@ -63,7 +63,7 @@ std::string error_body(int status, const std::string& message, const std::string
 
 std::string ApiError::body() const { return error_body(status, what(), param, type, code); }
 
-CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+json parse_json_object(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
@@ -72,6 +72,11 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
                    "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "request body must be a JSON object", "", "invalid_request_error", "invalid_json");
+  return j;
+}
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+  json j = parse_json_object(body);
   CompletionRequest q;
   q.chat = chat;
   if (j.contains("model") && !j["model"].is_null()) {

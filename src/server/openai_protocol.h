@@ -27,6 +27,9 @@ struct CompletionRequest {
   int top_logprobs = -1;  // -1: no logprobs
 };
 
+// The body as a JSON object, or an ApiError (400) saying why not.
+nlohmann::json parse_json_object(const std::string& body);
+
 // Parses and validates a body; throws ApiError (400) naming the field at fault.
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
 

@@ -75,14 +75,7 @@ json response_object(const std::string& id, const std::string& msg_id, int64_t c
 }  // namespace
 
 void handle_responses(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j;
-  try {
-    j = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, fmt::format("request body is not valid JSON: {}", e.what()), "", "invalid_request_error",
-                   "invalid_json");
-  }
-  if (!j.is_object()) throw ApiError(400, "request body must be a JSON object", "", "invalid_request_error", "invalid_json");
+  json j = parse_json_object(req.body);
   CompletionRequest q = parse_completion_request(chat_body(j).dump(), true);
   EngineRequest e = c.prepare(q);
   const std::string id = random_id("resp_"), msg_id = random_id("msg_");
