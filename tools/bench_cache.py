@@ -16,14 +16,15 @@ Exit codes: 0 ok; 1 a warm reply's tokens differ from the cold one's; 2 failure,
 reply that shows cached_tokens > 0 (nothing is reported then but the error).
 """
 import argparse
-import json
 import os
 import random
-import statistics
 import sys
-import time
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+# oai_common.py sits next to this script; make it importable however this file is launched.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oai_common import (add_client_args, add_server_args, emit, make_client, median_or_none,  # noqa: E402
+                        run_and_emit, served_model, timed_stream)
+
 # Rough English words-to-tokens ratio of BPE tokenizers; actual counts come back in usage.prompt_tokens.
 TOKENS_PER_WORD = 1.43
 
@@ -48,27 +49,6 @@ TEMPLATES = [
 ]
 
 
-def base_v1(url: str) -> str:
-    url = url.rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def make_client(url: str, api_key: str, timeout: float):
-    import openai
-    return openai.OpenAI(base_url=base_v1(url), api_key=api_key, max_retries=0, timeout=timeout)
-
-
-def served_model(client, model):
-    if model:
-        return model
-    data = client.models.list().data
-    if not data:
-        raise RuntimeError("/v1/models lists no model")
-    return data[0].id
-
-
 def make_prompt(rng: random.Random, target_tokens: int) -> str:
     """A unique-nonce-first prompt of about target_tokens tokens, switching topic every paragraph."""
     # The nonce is the very first text, so no two prompts share even their first token (barring a ~1/1000 fluke).
@@ -91,62 +71,22 @@ def make_prompt(rng: random.Random, target_tokens: int) -> str:
     return "".join(parts)
 
 
-def chunk_text(endpoint: str, chunk) -> str:
-    out = []
-    for choice in chunk.choices or []:
-        if endpoint == "chat":
-            out.append((choice.delta.content or "") if choice.delta is not None else "")
-        else:
-            out.append(choice.text or "")
-    return "".join(out)
-
-
-def chunk_ext(chunk) -> dict:
-    extra = getattr(chunk, "model_extra", None) or {}
-    ext = extra.get("tensorfold")
-    return ext if isinstance(ext, dict) else {}
-
-
 def timed_request(client, model: str, endpoint: str, prompt: str, max_tokens: int) -> dict:
     """One streamed request: TTFT, usage and the reply's token ids."""
-    common = dict(model=model, max_tokens=max_tokens, temperature=0, stream=True,
-                  stream_options={"include_usage": True}, extra_body={"ignore_eos": True, "return_token_ids": True})
-    t_send = time.perf_counter()
-    if endpoint == "chat":
-        stream = client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **common)
-    else:
-        stream = client.completions.create(prompt=prompt, **common)
-    t_first = None
-    usage = None
-    ext = {}
-    for chunk in stream:
-        now = time.perf_counter()
-        # A reply whose first token renders as no text only shows up with its finish chunk.
-        if t_first is None and (chunk_text(endpoint, chunk) or any(c.finish_reason for c in chunk.choices or [])):
-            t_first = now
-        if chunk.usage is not None:
-            usage = chunk.usage
-        ext = chunk_ext(chunk) or ext
-    if usage is None:
-        raise RuntimeError("stream ended without a usage chunk (stream_options.include_usage ignored?)")
-    if t_first is None:
-        raise RuntimeError("stream carried no content")
+    r = timed_stream(client, model, endpoint, prompt, max_tokens=max_tokens, temperature=0,
+                     extra_body={"ignore_eos": True, "return_token_ids": True})
+    usage, ext = r["usage"], r["ext"]
     details = usage.prompt_tokens_details
     cached = getattr(details, "cached_tokens", None) if details is not None else None
     if cached is None:
         raise RuntimeError("usage.prompt_tokens_details.cached_tokens missing")
-    return {"ttft_s": round(t_first - t_send, 6), "prompt_tokens": usage.prompt_tokens, "cached_tokens": cached,
+    return {"ttft_s": round(r["t_first"] - r["t_send"], 6), "prompt_tokens": usage.prompt_tokens, "cached_tokens": cached,
             "completion_tokens": usage.completion_tokens, "token_ids": ext.get("token_ids"),
             "token_sha": ext.get("token_sha")}
 
 
 class ColdNotCold(Exception):
     pass
-
-
-def median_or_none(values):
-    values = [v for v in values if v is not None]
-    return round(statistics.median(values), 6) if values else None
 
 
 def bench(args) -> dict:
@@ -185,19 +125,9 @@ def parse_lengths(text: str):
     return [int(t) for t in text.split(",") if t.strip()]
 
 
-def emit(result: dict, out_path) -> None:
-    text = json.dumps(result, indent=2)
-    if out_path:
-        with open(out_path, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("url", nargs="?", default=DEFAULT_URL, help=f"server URL, with or without /v1 ({DEFAULT_URL})")
-    ap.add_argument("--model", help="model id (default: the first one /v1/models lists)")
+    add_server_args(ap)
     ap.add_argument("--lengths", type=parse_lengths, default=[500, 1000, 1500, 2000],
                     help="approximate prompt lengths in tokens, comma list (default 500,1000,1500,2000)")
     ap.add_argument("--max-tokens", type=int, default=4, help="reply length of each request")
@@ -205,23 +135,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, help="fixes the prompts and nonces (default: fresh random each run)")
     ap.add_argument("--require-cold", action="store_true",
                     help="exit 2 instead of reporting a cold figure whose reply shows cached_tokens > 0")
-    ap.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
-    ap.add_argument("--api-key", default=os.environ.get("TENSORFOLD_API_KEY", "none"))
-    ap.add_argument("--out", metavar="FILE", help="write the JSON result here instead of stdout")
+    add_client_args(ap)
     args = ap.parse_args(argv)
     if not args.lengths or min(args.lengths) < 1 or args.max_tokens < 1:
         emit({"error": "--lengths must list positive numbers and --max-tokens be >= 1"}, args.out)
         return 2
-    try:
-        result = bench(args)
-    except ColdNotCold as e:
-        emit({"url": args.url, "error": str(e)}, args.out)
-        return 2
-    except Exception as e:  # noqa: BLE001 - any failure becomes a JSON error and exit 2
-        emit({"url": args.url, "error": f"{type(e).__name__}: {e}"}, args.out)
-        return 2
-    emit(result, args.out)
-    return 0 if result["tokens_equal_all"] else 1
+    return run_and_emit(bench, args, lambda result: 0 if result["tokens_equal_all"] else 1,
+                        plain_errors=(ColdNotCold,))
 
 
 if __name__ == "__main__":

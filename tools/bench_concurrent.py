@@ -12,7 +12,6 @@ Solo runs follow the concurrent ones, so they may resume prompts from the prefix
 Exit codes: 0 all identical; 1 any mismatch; 2 failure (server error, missing token ids).
 """
 import argparse
-import json
 import os
 import random
 import sys
@@ -20,37 +19,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-# token_sha.py sits next to this script; make it importable however this file is launched.
+# token_sha.py and oai_common.py sit next to this script; make them importable however this file is launched.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oai_common import (add_client_args, add_server_args, emit, make_client, run_and_emit,  # noqa: E402
+                        served_model, tensorfold_ext)
 from token_sha import token_sha  # noqa: E402
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 SUBJECTS = ["a lighthouse", "a bakery at dawn", "the moons of Jupiter", "a chess endgame", "river otters",
             "an old clock", "volcanic islands", "a night train", "honeybees", "a mountain village",
             "paper cranes", "a jazz trio", "desert rain", "a library fire", "glass blowing", "the first radio"]
 FILLER = ("Consider the history, the people involved, the small details that are easy to miss, the sounds and the "
           "smells, and what someone visiting for the first time would notice before anything else. ")
-
-
-def base_v1(url: str) -> str:
-    url = url.rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def make_client(url: str, api_key: str, timeout: float):
-    import openai
-    return openai.OpenAI(base_url=base_v1(url), api_key=api_key, max_retries=0, timeout=timeout)
-
-
-def served_model(client, model):
-    if model:
-        return model
-    data = client.models.list().data
-    if not data:
-        raise RuntimeError("/v1/models lists no model")
-    return data[0].id
 
 
 def make_requests(n: int, max_tokens: int, max_filler: int, seed: int, nonce: str) -> list:
@@ -76,8 +55,8 @@ def run_one(client, model: str, req: dict, extra: dict) -> dict:
     resp = client.chat.completions.create(model=model, messages=req["messages"], max_tokens=req["max_tokens"],
                                           temperature=req["temperature"], extra_body=body, **kw)
     t1 = time.perf_counter()
-    ext = (resp.model_extra or {}).get("tensorfold")
-    if not isinstance(ext, dict) or not isinstance(ext.get("token_ids"), list):
+    ext = tensorfold_ext(resp)
+    if not isinstance(ext.get("token_ids"), list):
         raise RuntimeError(f"request {req['index']}: reply has no tensorfold.token_ids")
     ids = ext["token_ids"]
     details = resp.usage.prompt_tokens_details if resp.usage else None
@@ -162,19 +141,9 @@ def bench(args) -> dict:
                          "token_sha": r["sha"]} for q, r in zip(reqs, conc)]}
 
 
-def emit(result: dict, out_path) -> None:
-    text = json.dumps(result, indent=2)
-    if out_path:
-        with open(out_path, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("url", nargs="?", default=DEFAULT_URL, help=f"server URL, with or without /v1 ({DEFAULT_URL})")
-    ap.add_argument("--model", help="model id (default: the first one /v1/models lists)")
+    add_server_args(ap)
     ap.add_argument("--n", type=int, default=16, help="concurrent requests")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--max-filler", type=int, default=6,
@@ -184,20 +153,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=20240611, help="derives the sampled requests' seeds")
     ap.add_argument("--nonce", help="text put at the start of every prompt (default: fresh random, so the "
                                     "concurrent run prefills cold instead of resuming an earlier run's prompts)")
-    ap.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, seconds")
-    ap.add_argument("--api-key", default=os.environ.get("TENSORFOLD_API_KEY", "none"))
-    ap.add_argument("--out", metavar="FILE", help="write the JSON result here instead of stdout")
+    add_client_args(ap)
     args = ap.parse_args(argv)
     if args.n < 1 or args.max_tokens < 1 or args.max_filler < 0:
         emit({"error": "--n and --max-tokens must be >= 1, --max-filler >= 0"}, args.out)
         return 2
-    try:
-        result = bench(args)
-    except Exception as e:  # noqa: BLE001 - any failure becomes a JSON error and exit 2
-        emit({"url": args.url, "error": f"{type(e).__name__}: {e}"}, args.out)
-        return 2
-    emit(result, args.out)
-    return 1 if result["mismatches"] else 0
+    return run_and_emit(bench, args, lambda result: 1 if result["mismatches"] else 0)
 
 
 if __name__ == "__main__":

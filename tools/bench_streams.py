@@ -8,11 +8,16 @@ least max(N) for the waves to share lane rounds. Writes JSON to stdout (or --out
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import random
 import sys
 import time
 
 import urllib.request
+
+# oai_common.py sits next to this script; make it importable however this file is launched.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oai_common import DEFAULT_URL, emit  # noqa: E402
 
 WORDS = ("river stone light morning garden quiet paper window winter story music forest city bridge letter "
          "candle harbor mountain orchard lantern meadow valley").split()
@@ -42,7 +47,7 @@ def wave(url, n, max_tokens, draft, rng):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("url", nargs="?", default="http://127.0.0.1:8080")
+    ap.add_argument("url", nargs="?", default=DEFAULT_URL)
     ap.add_argument("--streams", default="1,4,16,64")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
@@ -58,11 +63,7 @@ def main():
     base = next((r["aggregate_tok_s"] for r in rows if r["streams"] == rows[0]["streams"] and r["draft"]), None)
     for r in rows:
         r["vs_first"] = round(r["aggregate_tok_s"] / base, 2) if base else None
-    out = json.dumps({"url": url, "max_tokens": a.max_tokens, "results": rows}, indent=1)
-    if a.out:
-        open(a.out, "w").write(out + "\n")
-    else:
-        print(out)
+    emit({"url": url, "max_tokens": a.max_tokens, "results": rows}, a.out, indent=1)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,17 @@ Importable: `from token_sha import token_sha`.
 import argparse
 import hashlib
 import json
+import os
 import sys
+
+# oai_common.py sits next to this script; make it importable however this file is launched.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oai_common import emit, tensorfold_ext  # noqa: E402
 
 
 def token_sha(ids) -> str:
     """First 12 hex digits of SHA-256 over the ids joined by ','."""
     return hashlib.sha256(",".join(str(int(i)) for i in ids).encode()).hexdigest()[:12]
-
-
-def _ext(obj) -> dict:
-    ext = obj.get("tensorfold") if isinstance(obj, dict) else None
-    return ext if isinstance(ext, dict) else {}
 
 
 def _sse_objects(text: str) -> list:
@@ -42,7 +42,7 @@ def reply_ids_and_sha(text: str):
     if stripped.startswith("data:"):
         objs = _sse_objects(stripped)
         # The extension object rides on the final streamed chunk; take the last one that has it.
-        objs = [o for o in objs if _ext(o)] or objs
+        objs = [o for o in objs if tensorfold_ext(o)] or objs
         if not objs:
             raise ValueError("SSE body has no data chunks")
         obj = objs[-1]
@@ -50,7 +50,7 @@ def reply_ids_and_sha(text: str):
         obj = json.loads(stripped)
     if not isinstance(obj, dict):
         raise ValueError("reply is not a JSON object")
-    ext = _ext(obj)
+    ext = tensorfold_ext(obj)
     ids = ext.get("token_ids")
     if ids is None:
         choices = obj.get("choices") or []
@@ -69,15 +69,6 @@ def parse_id_args(args) -> list:
         for part in a.replace(",", " ").split():
             ids.append(int(part))
     return ids
-
-
-def emit(result: dict, out_path) -> None:
-    text = json.dumps(result, indent=2)
-    if out_path:
-        with open(out_path, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
 
 
 def main(argv=None) -> int:
