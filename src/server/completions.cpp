@@ -125,8 +125,8 @@ json ServerContext::logprobs_json(bool chat, const std::vector<TokenLogprob>& lp
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-void handle_completion(ServerContext& c, const httplib::Request& req, httplib::Response& res, bool chat) {
-  CompletionRequest q = parse_completion_request(req.body, chat);
+void handle_completion(ServerContext& c, const std::string& body, httplib::Response& res, bool chat) {
+  CompletionRequest q = parse_completion_request(body, chat);
   EngineRequest e = c.prepare(q);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_now();

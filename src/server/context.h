@@ -29,10 +29,11 @@ struct ServerContext {
   std::shared_ptr<RequestHandle> submit(const EngineRequest& e);
 };
 
-void handle_completion(ServerContext& c, const httplib::Request& req, httplib::Response& res, bool chat);
-void handle_responses(ServerContext& c, const httplib::Request& req, httplib::Response& res);
-void handle_tokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res);
+// Route handlers take the body the server read under its size limit.
+void handle_completion(ServerContext& c, const std::string& body, httplib::Response& res, bool chat);
+void handle_responses(ServerContext& c, const std::string& body, httplib::Response& res);
+void handle_tokenize(ServerContext& c, const std::string& body, httplib::Response& res);
+void handle_detokenize(ServerContext& c, const std::string& body, httplib::Response& res);
 
 std::string random_id(const char* prefix);
 int64_t unix_now();

@@ -1,5 +1,8 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cstdlib>
 #include <fstream>
 
 #include "base/error.h"
@@ -52,9 +55,13 @@ std::vector<std::string> load_api_keys(const std::string& path) {
   return out;
 }
 
+constexpr size_t kMaxBody = size_t(32) << 20;
+constexpr int kListenBacklog = 4096;
+
 struct HttpServer::Impl {
   ServerContext ctx;
   httplib::Server svr;
+  int listen_fd = -1;  // captured when httplib creates it, to raise its backlog
 
   Impl(LoadedModel& model, ServerOptions o) : ctx(model, std::move(o)) {}
 
@@ -70,7 +77,11 @@ struct HttpServer::Impl {
 
   void routes() {
     svr.new_task_queue = [n = ctx.opts.http_threads] { return new httplib::ThreadPool(size_t(n)); };
-    svr.set_payload_max_length(size_t(32) << 20);
+    svr.set_payload_max_length(kMaxBody);
+    svr.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     svr.set_keep_alive_max_count(1000);
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (authorised(req)) return httplib::Server::HandlerResponse::Unhandled;
@@ -92,22 +103,40 @@ struct HttpServer::Impl {
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(ctx.metrics.render(ctx.engine.stats()), "text/plain; version=0.0.4");
     });
-    auto guard = [this](void (*fn)(ServerContext&, const httplib::Request&, httplib::Response&)) {
-      return [this, fn](const httplib::Request& req, httplib::Response& res) {
+    // POST bodies are read here under the size limit, chunked or not, before any handler sees them.
+    using Handler = void (*)(ServerContext&, const std::string&, httplib::Response&);
+    auto post = [this](const char* path, Handler fn) {
+      svr.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader& read) {
+        std::string body;
+        const std::string length = req.get_header_value("Content-Length");
+        bool too_big = !length.empty() && std::strtoull(length.c_str(), nullptr, 10) > kMaxBody;
+        const bool ok = !too_big && read([&](const char* data, size_t len) {
+          too_big = body.size() + len > kMaxBody;
+          if (!too_big) body.append(data, len);
+          return !too_big;
+        });
         try {
-          fn(ctx, req, res);
+          if (too_big)
+            throw ApiError(413, "request body too large (limit 32 MiB)", "", "invalid_request_error", "body_too_large");
+          if (!ok) throw ApiError(400, "the request body could not be read", "", "invalid_request_error", "bad_body");
+          fn(ctx, body, res);
         } catch (const ApiError& e) {
           send_error(res, e);
         } catch (const Error& e) {
           send_error(res, ApiError(400, e.what(), e.param()));
         }
-      };
+      });
     };
-    svr.Post("/v1/chat/completions", guard([](ServerContext& c, auto& q, auto& r) { handle_completion(c, q, r, true); }));
-    svr.Post("/v1/completions", guard([](ServerContext& c, auto& q, auto& r) { handle_completion(c, q, r, false); }));
-    svr.Post("/v1/responses", guard(handle_responses));
-    svr.Post("/tokenize", guard(handle_tokenize));
-    svr.Post("/detokenize", guard(handle_detokenize));
+    post("/v1/chat/completions", [](ServerContext& c, const std::string& b, httplib::Response& r) {
+      handle_completion(c, b, r, true);
+    });
+    post("/v1/completions", [](ServerContext& c, const std::string& b, httplib::Response& r) {
+      handle_completion(c, b, r, false);
+    });
+    post("/v1/responses", handle_responses);
+    post("/tokenize", handle_tokenize);
+    post("/detokenize", handle_detokenize);
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       if (res.status == 404)
@@ -144,6 +173,9 @@ void HttpServer::run() {
   const auto& o = impl_->ctx.opts;
   if (!impl_->svr.bind_to_port(o.host, o.port))
     fail("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
+  // httplib listens with a backlog of 5; a burst of hundreds of clients needs the kernel to queue them.
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, kListenBacklog) != 0)
+    log::warn("could not raise the listen backlog to {}", kListenBacklog);
   log::info("serving '{}' on http://{}:{}/v1 ({} lanes, context {})", o.name, o.host, o.port, o.engine.parallel,
             o.engine.context);
   impl_->svr.listen_after_bind();

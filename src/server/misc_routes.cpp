@@ -6,8 +6,8 @@ namespace tf::server {
 using json = nlohmann::json;
 
 
-void handle_tokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j = parse_json_object(req.body);
+void handle_tokenize(ServerContext& c, const std::string& body, httplib::Response& res) {
+  json j = parse_json_object(body);
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
     json fake = {{"messages", j["messages"]}};
@@ -25,8 +25,8 @@ void handle_tokenize(ServerContext& c, const httplib::Request& req, httplib::Res
                   "application/json");
 }
 
-void handle_detokenize(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j = parse_json_object(req.body);
+void handle_detokenize(ServerContext& c, const std::string& body, httplib::Response& res) {
+  json j = parse_json_object(body);
   if (!j.contains("tokens") || !j["tokens"].is_array()) throw ApiError(400, "'tokens' must be an array of ids", "tokens");
   std::vector<int32_t> ids;
   for (auto& v : j["tokens"]) {

@@ -74,8 +74,8 @@ json response_object(const std::string& id, const std::string& msg_id, int64_t c
 
 }  // namespace
 
-void handle_responses(ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-  json j = parse_json_object(req.body);
+void handle_responses(ServerContext& c, const std::string& body, httplib::Response& res) {
+  json j = parse_json_object(body);
   CompletionRequest q = parse_completion_request(chat_body(j).dump(), true);
   EngineRequest e = c.prepare(q);
   const std::string id = random_id("resp_"), msg_id = random_id("msg_");

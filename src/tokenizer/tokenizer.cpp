@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <queue>
 
 #include "base/error.h"
 #include "tokenizer/unicode.h"
@@ -70,18 +71,40 @@ void Tokenizer::bpe_piece(const std::string& piece, std::vector<int32_t>& out) c
     std::string c = enc.substr(s, i - s);
     if (vocab_.count(c)) sym.push_back(std::move(c));
   }
-  // Merge the lowest-rank adjacent pair until none is in the merge list (ties to the leftmost).
-  for (;;) {
-    int32_t best = INT32_MAX;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto it = merge_rank_.find(sym[i] + " " + sym[i + 1]);
-      if (it != merge_rank_.end() && it->second < best) best = it->second, at = i;
-    }
-    if (best == INT32_MAX) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + long(at) + 1);
+  // Merge the lowest-rank adjacent pair until none is in the merge list (ties to the leftmost): a heap of candidate
+  // pairs over a linked list, checked when popped, so a long word costs n log n rather than n^2.
+  const int n = int(sym.size());
+  std::vector<int> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  std::vector<char> alive(static_cast<size_t>(n), 1);
+  for (int i = 0; i < n; ++i) next[size_t(i)] = i + 1, prev[size_t(i)] = i - 1;
+  using Cand = std::pair<int32_t, int>;  // (rank, left position)
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto rank_at = [&](int i) -> int32_t {
+    int j = next[size_t(i)];
+    if (j >= n) return INT32_MAX;
+    auto it = merge_rank_.find(sym[size_t(i)] + " " + sym[size_t(j)]);
+    return it == merge_rank_.end() ? INT32_MAX : it->second;
+  };
+  auto push = [&](int i) {
+    if (i < 0 || i >= n) return;
+    if (int32_t r = rank_at(i); r != INT32_MAX) heap.push({r, i});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    auto [r, i] = heap.top();
+    heap.pop();
+    if (!alive[size_t(i)] || rank_at(i) != r) continue;  // stale: one side merged since
+    int j = next[size_t(i)];
+    sym[size_t(i)] += sym[size_t(j)];
+    alive[size_t(j)] = 0;
+    next[size_t(i)] = next[size_t(j)];
+    if (next[size_t(j)] < n) prev[size_t(next[size_t(j)])] = i;
+    push(prev[size_t(i)]);
+    push(i);
   }
+  std::vector<std::string> merged;
+  for (int i = 0; i < n; i = next[size_t(i)]) merged.push_back(std::move(sym[size_t(i)]));
+  sym.swap(merged);
   std::vector<int32_t> ids;
   for (auto& s : sym) {
     auto id = token_id(s);

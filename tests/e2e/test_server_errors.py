@@ -113,3 +113,12 @@ def _json(raw):
         return json.loads(raw)
     except ValueError:
         return None
+
+
+def test_one_huge_word_is_refused_quickly(server, alive):
+    # A 300,000-character word once took the BPE quadratic time; it must now tokenize and be refused at once.
+    import time
+    t0 = time.monotonic()
+    status, body, raw = post_json(server.base_url, "/v1/completions", {**GOOD_COMPLETION, "prompt": "x" * 300_000})
+    assert time.monotonic() - t0 < 10, "tokenizing one long word took too long"
+    check_error_body(status, body, raw, 400, words=["prompt"])
