@@ -1,0 +1,107 @@
+// CUDA kernel contract: float64 reference, derived bound, row invariance over 1..64 rows, canary, planted controls.
+// Exits 77 (CTest: skipped) when no CUDA device is present.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "backend/ctl.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "harness.h"
+#include "quant/ggml/dequant.h"
+
+namespace tf::contract {
+namespace {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t n) : p(cuda::device_alloc(n)) {}
+  ~Dev() { cuda::device_free(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+std::string check_gemv(GgmlType type) {
+  std::mt19937 rng(4321 + uint32_t(type));
+  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {4096, 64}, {32, 33}}) {
+    auto wb = random_weight(type, n_in, n_out, rng);
+    const int64_t row_bytes = int64_t(wb.size()) / n_out;
+    std::vector<double> wd(size_t(n_in * n_out));
+    std::vector<float> tmp(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < n_out; ++o) {
+      quant::dequantize(type, wb.data() + o * row_bytes, tmp.data(), n_in);
+      for (int64_t i = 0; i < n_in; ++i) wd[size_t(o * n_in + i)] = tmp[size_t(i)];
+    }
+    Dev dw(wb.size());
+    cuda::copy_to_device(dw.p, wb.data(), wb.size());
+    for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
+      auto x = random_floats(size_t(rows * n_in), rng);
+      if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
+      Dev dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      cuda::copy_to_device(dx.p, x.data(), x.size() * 4);
+      auto y = with_canary(size_t(rows * n_out), size_t(n_out));
+      cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
+      cuda::gemv(type, dw.p, n_in, n_out, row_bytes, dx.as<float>(), rows, dy.as<float>());
+      cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
+      if (!canary_intact(y, size_t(rows * n_out))) return fmt::format("{}: write past the output", ggml_type_name(type));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          double ref = 0, s = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            double t = wd[size_t(o * n_in + i)] * double(x[size_t(r * n_in + i)]);
+            ref += t;
+            s += std::fabs(t);
+          }
+          double got = y[size_t(r * n_out + o)];
+          if (std::isnan(ref) != std::isnan(got))
+            return fmt::format("{}: row {} col {}: non-finite input gives {}", ggml_type_name(type), r, o, got);
+          // 32-term fused block sums, lane-sequential blocks, then a 5-level shuffle tree.
+          double bound = (32.0 + double(n_in) / 1024 + 8) * kU * s;
+          if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
+            return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", ggml_type_name(type), n_in, n_out,
+                               rows, r, o, got, ref, bound);
+        }
+        std::vector<float> alone(static_cast<size_t>(n_out));
+        cuda::gemv(type, dw.p, n_in, n_out, row_bytes, dx.as<float>() + r * n_in, 1, d1.as<float>());
+        cuda::copy_to_host(alone.data(), d1.p, alone.size() * 4);
+        if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
+          return fmt::format("{}: row {} of {} differs from the row alone at col {}", ggml_type_name(type), r, rows, d);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+}  // namespace tf::contract
+
+int main() {
+  using namespace tf;
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  const std::pair<const char*, GgmlType> kernels[] = {{"gemv.f32", GgmlType::F32},   {"gemv.f16", GgmlType::F16},
+                                                      {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0},
+                                                      {"gemv.q4_1", GgmlType::Q4_1}, {"gemv.q8_0", GgmlType::Q8_0}};
+  int k = 0, pass = 0, controls = 0, caught = 0;
+  for (auto [name, t] : kernels) {
+    ++k;
+    std::string why = contract::check_gemv(t);
+    std::printf("%-10s %s%s\n", name, why.empty() ? "pass" : "FAIL: ", why.c_str());
+    pass += why.empty();
+#if defined(TF_CTL) && TF_CTL
+    for (int id : {101, 102}) {
+      ++controls;
+      g_active_control = id;
+      std::string red = contract::check_gemv(t);
+      g_active_control = 0;
+      std::printf("  control %d: %s%s\n", id, red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
+      caught += !red.empty();
+    }
+#endif
+  }
+  std::printf("SUMMARY contract cuda: kernels=%d pass=%d fail=%d controls=%d caught=%d\n", k, pass, k - pass, controls,
+              caught);
+  return (pass == k && caught == controls) ? 0 : 1;
+}
