@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build ccache pkg-config python3-venv
   libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev \
   prometheus-cpp-dev
 
-.PHONY: run test test-asan deps apt venv build model bench clean
+.PHONY: run test test-asan gpu-test deps apt venv build model bench clean
 
 run: deps build model
 	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT) --name SmolLM2-135M-Instruct
@@ -59,3 +59,7 @@ test-asan: deps model
 	cmake --preset cpu-debug >/dev/null
 	cmake --build build/cpu-debug -j $(JOBS)
 	cd build/cpu-debug && ctest --output-on-failure -L "unit|contract"
+
+# On the GPU machine (with .gpu-deps carried, see tools/gpu/fetch_deps.sh): build cuda-release, ctest -L cuda, benchmarks.
+gpu-test:
+	bash tools/gpu/gpu_test.sh $(or $(LOGS),gpu-logs)

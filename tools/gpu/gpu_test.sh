@@ -19,4 +19,6 @@ cmake --build build/cuda-release -j "$(nproc)" > "$LOGS/build.txt" 2>&1 || { gre
 (cd build/cuda-release && ctest -L cuda --output-on-failure -V) > "$LOGS/ctest_cuda.txt" 2>&1
 rc=$?
 grep -E "SUMMARY|FAIL|NOT CAUGHT|tests passed" "$LOGS/ctest_cuda.txt"
+build/cuda-release/tests/bench_cuda_gemv > "$LOGS/bench_cuda_gemv.txt" 2>&1
+cat "$LOGS/bench_cuda_gemv.txt"
 exit $rc
