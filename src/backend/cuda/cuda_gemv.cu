@@ -28,46 +28,33 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
 }
 
-// Exact block decode in gguf-py's operation order: products and sums rounded separately, never fused.
+// Element `l` (0..31) of block `b`, decoded exactly in gguf-py's operation order (products and sums rounded
+// separately, never fused). Lane l of a warp decodes element l, so the warp's loads are contiguous.
 template <int kType>
-__device__ __forceinline__ void decode_block(const uint8_t* row, int64_t b, float* v) {
+__device__ __forceinline__ float decode_elem(const uint8_t* row, int64_t b, int l) {
   if constexpr (kType == int(GgmlType::F32)) {
-    const float* p = reinterpret_cast<const float*>(row) + b * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = p[i];
+    return reinterpret_cast<const float*>(row)[b * 32 + l];
   } else if constexpr (kType == int(GgmlType::F16)) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = half_at(row + (b * 32 + i) * 2);
+    return half_at(row + (b * 32 + l) * 2);
   } else if constexpr (kType == int(GgmlType::BF16)) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const uint8_t* p = row + (b * 32 + i) * 2;
-      v[i] = __uint_as_float(uint32_t(p[0] | (p[1] << 8)) << 16);
-    }
+    const uint8_t* p = row + (b * 32 + l) * 2;
+    return __uint_as_float(uint32_t(p[0] | (p[1] << 8)) << 16);
   } else if constexpr (kType == int(GgmlType::Q4_0)) {
     const uint8_t* blk = row + b * 18;
-    const float d = half_at(blk);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      v[j] = __fmul_rn(float(int(blk[2 + j] & 15) - 8), d);
-      v[j + 16] = __fmul_rn(float(int(blk[2 + j] >> 4) - 8), d);
-    }
+    const int q = l < 16 ? (blk[2 + l] & 15) : (blk[2 + l - 16] >> 4);
+    return __fmul_rn(float(q - 8), half_at(blk));
   } else if constexpr (kType == int(GgmlType::Q4_1)) {
     const uint8_t* blk = row + b * 20;
-    const float d = half_at(blk), m = half_at(blk + 2);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      v[j] = __fadd_rn(__fmul_rn(float(blk[4 + j] & 15), d), m);
-      v[j + 16] = __fadd_rn(__fmul_rn(float(blk[4 + j] >> 4), d), m);
-    }
+    const int q = l < 16 ? (blk[4 + l] & 15) : (blk[4 + l - 16] >> 4);
+    return __fadd_rn(__fmul_rn(float(q), half_at(blk)), half_at(blk + 2));
   } else {
     const uint8_t* blk = row + b * 34;
-    const float d = half_at(blk);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) v[j] = __fmul_rn(float(int8_t(blk[2 + j])), d);
+    return __fmul_rn(float(int8_t(blk[2 + l])), half_at(blk));
   }
 }
 
+// One warp per output column; lane l takes element l of every block in order (one running sum per row and lane),
+// then a fixed shuffle tree. Nothing in a row's arithmetic depends on how many rows share the launch.
 template <int kType>
 __global__ void gemv_kernel(const uint8_t* __restrict__ w, int64_t n_in, int64_t n_out, int64_t row_bytes,
                             const float* __restrict__ x, int n_rows, float* __restrict__ y, int ctl) {
@@ -81,23 +68,17 @@ __global__ void gemv_kernel(const uint8_t* __restrict__ w, int64_t n_in, int64_t
     float acc[kRowsPerPass];
 #pragma unroll
     for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
-    for (int64_t b = lane; b < nb; b += 32) {
-      float v[32];
-      decode_block<kType>(row, b, v);
+#pragma unroll 4
+    for (int64_t b = 0; b < nb; ++b) {
+      const float v = decode_elem<kType>(row, b, lane);
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         if (r >= nr) break;
         int rx = r0 + r;
-        if (TF_DCTL(102) && r > 0 && b == lane) rx -= 1;  // planted: a row reads its neighbour's activations
-        const float* xr = x + int64_t(rx) * n_in + b * 32;
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          float xv = xr[i];
-          if (TF_DCTL(101) && !isfinite(xv)) xv = 0.0f;  // planted: non-finite activation read as 0
-          s = fmaf(v[i], xv, s);
-        }
-        acc[r] += s;
+        if (TF_DCTL(102) && r > 0 && b == 0) rx -= 1;  // planted: a row reads its neighbour's activations
+        float xv = x[int64_t(rx) * n_in + b * 32 + lane];
+        if (TF_DCTL(101) && !isfinite(xv)) xv = 0.0f;  // planted: non-finite activation read as 0
+        acc[r] = fmaf(v, xv, acc[r]);
       }
     }
 #pragma unroll
