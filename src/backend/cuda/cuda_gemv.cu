@@ -28,33 +28,52 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
 }
 
-// Element `l` (0..31) of block `b`, decoded exactly in gguf-py's operation order (products and sums rounded
-// separately, never fused). Lane l of a warp decodes element l, so the warp's loads are contiguous.
+// Lane part `p` (0..3) of block `b`: eight elements, decoded exactly in gguf-py's operation order (products and sums
+// rounded separately, never fused), with their positions in the block. Four lanes share a block, so a warp reads
+// eight consecutive blocks per step.
 template <int kType>
-__device__ __forceinline__ float decode_elem(const uint8_t* row, int64_t b, int l) {
-  if constexpr (kType == int(GgmlType::F32)) {
-    return reinterpret_cast<const float*>(row)[b * 32 + l];
-  } else if constexpr (kType == int(GgmlType::F16)) {
-    return half_at(row + (b * 32 + l) * 2);
-  } else if constexpr (kType == int(GgmlType::BF16)) {
-    const uint8_t* p = row + (b * 32 + l) * 2;
-    return __uint_as_float(uint32_t(p[0] | (p[1] << 8)) << 16);
-  } else if constexpr (kType == int(GgmlType::Q4_0)) {
-    const uint8_t* blk = row + b * 18;
-    const int q = l < 16 ? (blk[2 + l] & 15) : (blk[2 + l - 16] >> 4);
-    return __fmul_rn(float(q - 8), half_at(blk));
-  } else if constexpr (kType == int(GgmlType::Q4_1)) {
-    const uint8_t* blk = row + b * 20;
-    const int q = l < 16 ? (blk[4 + l] & 15) : (blk[4 + l - 16] >> 4);
-    return __fadd_rn(__fmul_rn(float(q), half_at(blk)), half_at(blk + 2));
-  } else {
+__device__ __forceinline__ void decode_part(const uint8_t* row, int64_t b, int p, float* v, int* at) {
+  if constexpr (kType == int(GgmlType::F32) || kType == int(GgmlType::F16) || kType == int(GgmlType::BF16)) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t e = b * 32 + p * 8 + i;
+      at[i] = p * 8 + i;
+      if constexpr (kType == int(GgmlType::F32)) v[i] = reinterpret_cast<const float*>(row)[e];
+      else if constexpr (kType == int(GgmlType::F16)) v[i] = half_at(row + e * 2);
+      else v[i] = __uint_as_float(uint32_t(row[e * 2] | (row[e * 2 + 1] << 8)) << 16);
+    }
+  } else if constexpr (kType == int(GgmlType::Q8_0)) {
     const uint8_t* blk = row + b * 34;
-    return __fmul_rn(float(int8_t(blk[2 + l])), half_at(blk));
+    const float d = half_at(blk);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      at[i] = p * 8 + i;
+      v[i] = __fmul_rn(float(int8_t(blk[2 + p * 8 + i])), d);
+    }
+  } else {
+    // Q4_0 / Q4_1: bytes 4p..4p+3 hold elements 4p+i (low nibble) and 4p+i+16 (high nibble).
+    constexpr bool kMin = kType == int(GgmlType::Q4_1);
+    const uint8_t* blk = row + b * (kMin ? 20 : 18);
+    const uint8_t* qs = blk + (kMin ? 4 : 2);
+    const float d = half_at(blk), m = kMin ? half_at(blk + 2) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int byte = qs[4 * p + i];
+      at[i] = 4 * p + i;
+      at[4 + i] = 4 * p + i + 16;
+      if constexpr (kMin) {
+        v[i] = __fadd_rn(__fmul_rn(float(byte & 15), d), m);
+        v[4 + i] = __fadd_rn(__fmul_rn(float(byte >> 4), d), m);
+      } else {
+        v[i] = __fmul_rn(float((byte & 15) - 8), d);
+        v[4 + i] = __fmul_rn(float((byte >> 4) - 8), d);
+      }
+    }
   }
 }
 
-// One warp per output column; lane l takes element l of every block in order (one running sum per row and lane),
-// then a fixed shuffle tree. Nothing in a row's arithmetic depends on how many rows share the launch.
+// One warp per output column; lane l takes part l%4 of blocks l/4, l/4+8, ... in order (one running sum per row and
+// lane), then a fixed shuffle tree. Nothing in a row's arithmetic depends on how many rows share the launch.
 template <int kType>
 __global__ void gemv_kernel(const uint8_t* __restrict__ w, int64_t n_in, int64_t n_out, int64_t row_bytes,
                             const float* __restrict__ x, int n_rows, float* __restrict__ y, int ctl) {
@@ -63,22 +82,29 @@ __global__ void gemv_kernel(const uint8_t* __restrict__ w, int64_t n_in, int64_t
   if (o >= n_out) return;
   const uint8_t* row = w + o * row_bytes;
   const int64_t nb = n_in / 32;
+  const int part = lane & 3;
   for (int r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
     const int nr = min(kRowsPerPass, n_rows - r0);
     float acc[kRowsPerPass];
 #pragma unroll
     for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
-#pragma unroll 4
-    for (int64_t b = 0; b < nb; ++b) {
-      const float v = decode_elem<kType>(row, b, lane);
+#pragma unroll 2
+    for (int64_t b = lane >> 2; b < nb; b += 8) {
+      float v[8];
+      int at[8];
+      decode_part<kType>(row, b, part, v, at);
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         if (r >= nr) break;
         int rx = r0 + r;
-        if (TF_DCTL(102) && r > 0 && b == 0) rx -= 1;  // planted: a row reads its neighbour's activations
-        float xv = x[int64_t(rx) * n_in + b * 32 + lane];
-        if (TF_DCTL(101) && !isfinite(xv)) xv = 0.0f;  // planted: non-finite activation read as 0
-        acc[r] = fmaf(v, xv, acc[r]);
+        if (TF_DCTL(102) && r > 0 && b < 8) rx -= 1;  // planted: a row reads its neighbour's activations
+        const float* xb = x + int64_t(rx) * n_in + b * 32;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float xv = xb[at[i]];
+          if (TF_DCTL(101) && !isfinite(xv)) xv = 0.0f;  // planted: non-finite activation read as 0
+          acc[r] = fmaf(v[i], xv, acc[r]);
+        }
       }
     }
 #pragma unroll
