@@ -26,12 +26,7 @@ std::string check_gemv(GgmlType type) {
   for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {4096, 64}, {32, 33}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const int64_t row_bytes = int64_t(wb.size()) / n_out;
-    std::vector<double> wd(size_t(n_in * n_out));
-    std::vector<float> tmp(static_cast<size_t>(n_in));
-    for (int64_t o = 0; o < n_out; ++o) {
-      quant::dequantize(type, wb.data() + o * row_bytes, tmp.data(), n_in);
-      for (int64_t i = 0; i < n_in; ++i) wd[size_t(o * n_in + i)] = tmp[size_t(i)];
-    }
+    const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
     Dev dw(wb.size());
     cuda::copy_to_device(dw.p, wb.data(), wb.size());
     for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
@@ -46,12 +41,7 @@ std::string check_gemv(GgmlType type) {
       if (!canary_intact(y, size_t(rows * n_out))) return fmt::format("{}: write past the output", ggml_type_name(type));
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t o = 0; o < n_out; ++o) {
-          double ref = 0, s = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            double t = wd[size_t(o * n_in + i)] * double(x[size_t(r * n_in + i)]);
-            ref += t;
-            s += std::fabs(t);
-          }
+          const auto [ref, s] = ref_dot(wd.data() + o * n_in, x.data() + r * n_in, n_in);
           double got = y[size_t(r * n_out + o)];
           if (std::isnan(ref) != std::isnan(got))
             return fmt::format("{}: row {} col {}: non-finite input gives {}", ggml_type_name(type), r, o, got);

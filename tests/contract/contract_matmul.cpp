@@ -19,14 +19,7 @@ std::string check_format(GgmlType type, const std::vector<Shape>& shapes) {
   for (auto [n_in, n_out] : shapes) {
     auto wbytes = random_weight(type, n_in, n_out, rng);
     cpu::WeightView w{"contract", type, n_in, n_out, wbytes.data(), int64_t(wbytes.size()) / n_out};
-    std::vector<double> wd(size_t(n_in * n_out));
-    {
-      std::vector<float> row(static_cast<size_t>(n_in));
-      for (int64_t o = 0; o < n_out; ++o) {
-        quant::dequantize(type, wbytes.data() + o * w.row_bytes, row.data(), n_in);
-        for (int64_t i = 0; i < n_in; ++i) wd[size_t(o * n_in + i)] = row[size_t(i)];
-      }
-    }
+    const std::vector<double> wd = decode_weights(type, wbytes, n_in, n_out);
     for (int64_t rows : {1, 2, 3, 5, 7, 16}) {
       auto x = random_floats(size_t(rows * n_in), rng);
       if (rows >= 3) x[size_t(1 * n_in + n_in / 2)] = NAN;  // a non-finite activation must poison its row
@@ -36,12 +29,7 @@ std::string check_format(GgmlType type, const std::vector<Shape>& shapes) {
         return fmt::format("{}: write past the output at {}x{} rows={}", info.name, n_in, n_out, rows);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t o = 0; o < n_out; ++o) {
-          double ref = 0, s = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            double t = wd[size_t(o * n_in + i)] * double(x[size_t(r * n_in + i)]);
-            ref += t;
-            s += std::fabs(t);
-          }
+          const auto [ref, s] = ref_dot(wd.data() + o * n_in, x.data() + r * n_in, n_in);
           double got = y[size_t(r * n_out + o)];
           if (std::isnan(ref) != std::isnan(got))
             return fmt::format("{}: row {} col {}: non-finite input gives {} (reference {})", info.name, r, o, got, ref);

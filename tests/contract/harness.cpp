@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/scalar.h"
+#include "quant/ggml/dequant.h"
 
 namespace tf::contract {
 
@@ -64,6 +65,27 @@ std::vector<uint8_t> random_weight(GgmlType type, int64_t n_in, int64_t n_out, s
     }
   }
   return w;
+}
+
+std::vector<double> decode_weights(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out) {
+  const int64_t row_bytes = int64_t(w.size()) / n_out;
+  std::vector<double> out(size_t(n_in * n_out));
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    quant::dequantize(type, w.data() + o * row_bytes, row.data(), n_in);
+    for (int64_t i = 0; i < n_in; ++i) out[size_t(o * n_in + i)] = row[size_t(i)];
+  }
+  return out;
+}
+
+RefDot ref_dot(const double* w, const float* x, int64_t n) {
+  RefDot r;
+  for (int64_t i = 0; i < n; ++i) {
+    double t = w[i] * double(x[i]);
+    r.y += t;
+    r.s += std::fabs(t);
+  }
+  return r;
 }
 
 int64_t first_bit_difference(const float* a, const float* b, size_t n) {

@@ -21,6 +21,13 @@ bool add_check(const std::string& name, Check c);
 // Random stored weights of a format: valid blocks with small finite scales.
 std::vector<uint8_t> random_weight(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng);
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f);
+// The stored weights decoded exactly by the codec, [n_out, n_in] in double: every matmul kernel's reference input.
+std::vector<double> decode_weights(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out);
+// The float64 dot product of a weight row and an activation row, and its conditioning sum |w_i x_i|.
+struct RefDot {
+  double y = 0, s = 0;
+};
+RefDot ref_dot(const double* w, const float* x, int64_t n);
 // First index where two float arrays differ bitwise, or -1.
 int64_t first_bit_difference(const float* a, const float* b, size_t n);
 
