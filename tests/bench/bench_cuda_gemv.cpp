@@ -49,7 +49,7 @@ int main() {
   cuda::device_free(d);
   // The floor's divisor is the copy rate counting bytes read plus written, as the CUDA issue defines it.
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", bw / 1e9);
-  std::printf("| weight (n_in x n_out) | format | rows | us | GB/s | of copy bw |\n");
+  std::printf("| weight (n_in x n_out) | format | rows | us | GB/s | of floor (copy bw) |\n");
   std::mt19937 rng(1);
   for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{4096, 14336}, {14336, 4096}, {4096, 128256}}) {
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16}) {

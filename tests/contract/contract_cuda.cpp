@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "backend/ctl.h"
 #include "backend/cuda/cuda_gemv.h"
@@ -63,6 +64,11 @@ std::string check_gemv(GgmlType type) {
 }
 
 }  // namespace
+
+std::string check_cuda_rmsnorm();
+std::string check_cuda_swiglu();
+std::string check_cuda_rope();
+
 }  // namespace tf::contract
 
 int main() {
@@ -71,20 +77,30 @@ int main() {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
-  const std::pair<const char*, GgmlType> kernels[] = {{"gemv.f32", GgmlType::F32},   {"gemv.f16", GgmlType::F16},
-                                                      {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0},
-                                                      {"gemv.q4_1", GgmlType::Q4_1}, {"gemv.q8_0", GgmlType::Q8_0}};
+  struct Kernel {
+    std::string name;
+    std::function<std::string()> check;
+    std::vector<int> controls;
+  };
+  std::vector<Kernel> kernels;
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32}, {"gemv.f16", GgmlType::F16},
+                         {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0}, {"gemv.q4_1", GgmlType::Q4_1},
+                         {"gemv.q8_0", GgmlType::Q8_0}})
+    kernels.push_back({name, [t = t] { return contract::check_gemv(t); }, {101, 102}});
+  kernels.push_back({"rmsnorm", contract::check_cuda_rmsnorm, {111, 112}});
+  kernels.push_back({"swiglu", contract::check_cuda_swiglu, {121, 122}});
+  kernels.push_back({"rope", contract::check_cuda_rope, {131, 132}});
   int k = 0, pass = 0, controls = 0, caught = 0;
-  for (auto [name, t] : kernels) {
+  for (const Kernel& kn : kernels) {
     ++k;
-    std::string why = contract::check_gemv(t);
-    std::printf("%-10s %s%s\n", name, why.empty() ? "pass" : "FAIL: ", why.c_str());
+    std::string why = kn.check();
+    std::printf("%-10s %s%s\n", kn.name.c_str(), why.empty() ? "pass" : "FAIL: ", why.c_str());
     pass += why.empty();
 #if defined(TF_CTL) && TF_CTL
-    for (int id : {101, 102}) {
+    for (int id : kn.controls) {
       ++controls;
       g_active_control = id;
-      std::string red = contract::check_gemv(t);
+      std::string red = kn.check();
       g_active_control = 0;
       std::printf("  control %d: %s%s\n", id, red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
       caught += !red.empty();

@@ -1,0 +1,98 @@
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backend/ctl.h"
+#include "backend/cuda/cuda_ops.h"
+
+namespace tf::cuda {
+namespace {
+
+#if defined(TF_CTL) && TF_CTL
+__constant__ int d_ctl;
+#define TF_DCTL(n) (d_ctl == (n))
+#else
+#define TF_DCTL(n) false
+#endif
+
+void check_launch(const char* op) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
+}
+
+void upload_control() {
+#if defined(TF_CTL) && TF_CTL
+  cudaMemcpyToSymbol(d_ctl, &g_active_control, sizeof(int));
+#endif
+}
+
+constexpr int kNormThreads = 256;
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
+  __shared__ double part[kNormThreads];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) ss += double(xr[i]) * double(xr[i]);
+  part[threadIdx.x] = ss;
+  __syncthreads();
+  for (int s = kNormThreads / 2; s > 0; s >>= 1) {  // fixed tree: the order depends on the block size only
+    if (int(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
+  const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  if (TF_DCTL(112) && threadIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float gi = g[i];
+  float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
+  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));  // planted: sigmoid sign slip
+  const float up = (TF_DCTL(122) && i + 1 < n) ? u[i + 1] : u[i];  // planted: reads the neighbour's up value
+  out[i] = __fmul_rn(silu, up);
+}
+
+__global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
+                            const float* cos, const float* sin, bool neox) {
+  const int64_t r = blockIdx.y;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_heads * half) return;
+  const int64_t h = t / half, i = t % half;
+  float* v = x + r * row_stride + h * head_dim;
+  int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing
+  const float c = cos[r * half + i], s = TF_DCTL(132) ? -sin[r * half + i] : sin[r * half + i];
+  const float x0 = v[a], x1 = v[b];
+  v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
+  upload_control();
+  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads>>>(x, w, n, eps, y);
+  check_launch("rmsnorm");
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  upload_control();
+  swiglu_kernel<<<unsigned((n + 255) / 256), 256>>>(gate, up, out, n);
+  check_launch("swiglu");
+}
+
+void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+          const float* cos, const float* sin, bool neox) {
+  upload_control();
+  const int64_t half = n_rot / 2, pairs = n_heads * half;
+  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128>>>(x, row_stride, n_heads, head_dim, half,
+                                                                              cos, sin, neox);
+  check_launch("rope");
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,107 @@
+// CUDA RMSNorm, SwiGLU and RoPE against float64 references, with row invariance and a canary.
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_ops.h"
+#include "harness.h"
+
+namespace tf::contract {
+namespace {
+
+// Device copy of a host vector, freed with the object.
+struct DevVec {
+  float* p = nullptr;
+  size_t n = 0;
+  explicit DevVec(const std::vector<float>& h) : p(static_cast<float*>(cuda::device_alloc(h.size() * 4))), n(h.size()) {
+    cuda::copy_to_device(p, h.data(), n * 4);
+  }
+  ~DevVec() { cuda::device_free(p); }
+  std::vector<float> get() const {
+    std::vector<float> h(n);
+    cuda::copy_to_host(h.data(), p, n * 4);
+    return h;
+  }
+};
+
+}  // namespace
+
+std::string check_cuda_rmsnorm() {
+  std::mt19937 rng(17);
+  for (int64_t n : {576, 4096, 64}) {
+    for (int64_t rows : {1, 3, 7}) {
+      auto x = random_floats(size_t(rows * n), rng, 3.0f), w = random_floats(size_t(n), rng);
+      DevVec dx(x), dw(w), dy(with_canary(size_t(rows * n), 4)), d1(with_canary(size_t(n), 4));
+      cuda::rmsnorm(dx.p, dw.p, rows, n, 1e-5f, dy.p);
+      auto y = dy.get();
+      if (!canary_intact(y, size_t(rows * n))) return fmt::format("write past the end at n={} rows={}", n, rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
+        const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-5);
+        for (int64_t i = 0; i < n; ++i) {
+          const double ref = double(x[size_t(r * n + i)]) * inv * double(w[size_t(i)]);
+          if (!(std::fabs(y[size_t(r * n + i)] - ref) <= 4 * kU * std::fabs(ref) + 0x1.0p-126))
+            return fmt::format("n={} row {} [{}]: {} vs {}", n, r, i, y[size_t(r * n + i)], ref);
+        }
+        cuda::rmsnorm(dx.p + r * n, dw.p, 1, n, 1e-5f, d1.p);
+        if (first_bit_difference(d1.get().data(), y.data() + r * n, size_t(n)) >= 0)
+          return fmt::format("row {} differs when computed alone", r);
+      }
+    }
+  }
+  return {};
+}
+
+std::string check_cuda_swiglu() {
+  std::mt19937 rng(18);
+  for (int64_t n : {14336, 7}) {
+    auto g = random_floats(size_t(n), rng, 8.0f), u = random_floats(size_t(n), rng);
+    DevVec dg(g), du(u), dy{std::vector<float>(static_cast<size_t>(n))};
+    cuda::swiglu(dg.p, du.p, dy.p, n);
+    auto y = dy.get();
+    for (int64_t i = 0; i < n; ++i) {
+      // CUDA's expf is within 2 ulp; the division and product add one rounding each.
+      const double ref = double(g[size_t(i)]) / (1.0 + std::exp(-double(g[size_t(i)]))) * u[size_t(i)];
+      if (!(std::fabs(y[size_t(i)] - ref) <= 8 * kU * std::fabs(ref) + 0x1.0p-140))
+        return fmt::format("n={} [{}]: {} vs {}", n, i, y[size_t(i)], ref);
+    }
+  }
+  return {};
+}
+
+std::string check_cuda_rope() {
+  std::mt19937 rng(19);
+  const int64_t hd = 128, heads = 4;
+  for (bool neox : {false, true}) {
+    for (int64_t n_rot : {128, 64}) {
+      const std::vector<int64_t> pos = {0, 1, 17, 500, 8191};
+      const int64_t rows = int64_t(pos.size()), half = n_rot / 2, stride = heads * hd;
+      auto x = random_floats(size_t(rows * stride), rng);
+      std::vector<float> c(size_t(rows * half)), s(size_t(rows * half));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < half; ++i) {
+          const double th = double(pos[size_t(r)]) * std::pow(500000.0, -2.0 * double(i) / double(n_rot));
+          c[size_t(r * half + i)] = float(std::cos(th));
+          s[size_t(r * half + i)] = float(std::sin(th));
+        }
+      DevVec dx(x), dc(c), ds(s);
+      cuda::rope(dx.p, rows, stride, heads, hd, n_rot, dc.p, ds.p, neox);
+      auto y = dx.get();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1, base = r * stride + h * hd;
+            const double th = double(pos[size_t(r)]) * std::pow(500000.0, -2.0 * double(i) / double(n_rot));
+            const double x0 = x[size_t(base + a)], x1 = x[size_t(base + b)];
+            const double ra = x0 * std::cos(th) - x1 * std::sin(th), rb = x0 * std::sin(th) + x1 * std::cos(th);
+            const double bound = 8 * kU * (std::fabs(x0) + std::fabs(x1));
+            if (!(std::fabs(y[size_t(base + a)] - ra) <= bound) || !(std::fabs(y[size_t(base + b)] - rb) <= bound))
+              return fmt::format("pos {} head {} pair {} neox={}: ({}, {}) vs ({}, {})", pos[size_t(r)], h, i, neox,
+                                 y[size_t(base + a)], y[size_t(base + b)], ra, rb);
+          }
+    }
+  }
+  return {};
+}
+
+}  // namespace tf::contract
