@@ -22,6 +22,8 @@ struct KernelRecord {
 };
 
 const std::vector<KernelRecord>& kernel_records(std::string_view backend);
+// The CUDA backend's records, defined with its kernels (only in builds with TF_CUDA).
+const std::vector<KernelRecord>& cuda_kernel_records();
 const KernelRecord* find_kernel(std::string_view backend, std::string_view name);
 
 }  // namespace tf

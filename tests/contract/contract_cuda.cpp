@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "backend/ctl.h"
+#include "backend/kernel_registry.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "harness.h"
 #include "quant/ggml/dequant.h"
@@ -77,32 +79,27 @@ int main() {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
-  struct Kernel {
-    std::string name;
-    std::function<std::string()> check;
-    std::vector<int> controls;
-  };
-  std::vector<Kernel> kernels;
+  // Every registered CUDA kernel must have a check here; controls come from its record.
+  std::map<std::string, std::function<std::string()>> checks = {
+      {"rmsnorm", contract::check_cuda_rmsnorm}, {"swiglu", contract::check_cuda_swiglu}, {"rope", contract::check_cuda_rope}};
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32}, {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0}, {"gemv.q4_1", GgmlType::Q4_1},
                          {"gemv.q8_0", GgmlType::Q8_0}})
-    kernels.push_back({name, [t = t] { return contract::check_gemv(t); }, {101, 102}});
-  kernels.push_back({"rmsnorm", contract::check_cuda_rmsnorm, {111, 112}});
-  kernels.push_back({"swiglu", contract::check_cuda_swiglu, {121, 122}});
-  kernels.push_back({"rope", contract::check_cuda_rope, {131, 132}});
+    checks[name] = [t = t] { return contract::check_gemv(t); };
   int k = 0, pass = 0, controls = 0, caught = 0;
-  for (const Kernel& kn : kernels) {
+  for (const KernelRecord& rec : cuda_kernel_records()) {
     ++k;
-    std::string why = kn.check();
-    std::printf("%-10s %s%s\n", kn.name.c_str(), why.empty() ? "pass" : "FAIL: ", why.c_str());
+    auto it = checks.find(rec.name);
+    std::string why = it == checks.end() ? "no contract check registered" : it->second();
+    std::printf("%-10s %s%s\n", rec.name.c_str(), why.empty() ? "pass" : "FAIL: ", why.c_str());
     pass += why.empty();
 #if defined(TF_CTL) && TF_CTL
-    for (int id : kn.controls) {
+    for (const PlantedControl& c : rec.controls) {
       ++controls;
-      g_active_control = id;
-      std::string red = kn.check();
+      g_active_control = c.id;
+      std::string red = it == checks.end() ? "" : it->second();
       g_active_control = 0;
-      std::printf("  control %d: %s%s\n", id, red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
+      std::printf("  control %d (%s): %s%s\n", c.id, c.what.c_str(), red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
       caught += !red.empty();
     }
 #endif

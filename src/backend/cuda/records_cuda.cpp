@@ -1,0 +1,30 @@
+#include "backend/kernel_registry.h"
+
+namespace tf {
+namespace {
+
+std::vector<KernelRecord> make_records() {
+  const char* shapes = "n_in a multiple of 32, 16-byte aligned weights and activations; any n_out; any rows (passes of 8)";
+  const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row";
+  const char* bound = "|y - y64| <= (n_in/32 + 8) * 2^-24 * sum|w_i x_i| (one fused running sum per lane, 5-level tree)";
+  std::vector<KernelRecord> r;
+  for (const char* f : {"f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"})
+    r.push_back({std::string("gemv.") + f, "cuda", {f}, shapes, sweep, bound,
+                 {{101, "non-finite activation read as 0"}, {102, "row reads its neighbour's activations"}}});
+  r.push_back({"rmsnorm", "cuda", {"f32"}, "any n, one block per row", "n 576, 4096, 64; rows 1,3,7",
+               "|y - y64| <= 4 * 2^-24 * |y64| + 2^-126", {{111, "sum of squares lost"}, {112, "write past the end"}}});
+  r.push_back({"swiglu", "cuda", {"f32"}, "any n", "n 14336, 7; |gate| up to 30",
+               "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140", {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
+  r.push_back({"rope", "cuda", {"f32"}, "even n_rot <= head_dim, NORM and NEOX", "head_dim 128, n_rot 128 and 64, positions to 8191",
+               "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)", {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
+  return r;
+}
+
+}  // namespace
+
+const std::vector<KernelRecord>& cuda_kernel_records() {
+  static const std::vector<KernelRecord> r = make_records();
+  return r;
+}
+
+}  // namespace tf
