@@ -70,6 +70,7 @@ std::string check_gemv(GgmlType type) {
 std::string check_cuda_rmsnorm();
 std::string check_cuda_swiglu();
 std::string check_cuda_rope();
+std::string check_cuda_attention();
 
 }  // namespace tf::contract
 
@@ -81,7 +82,8 @@ int main() {
   }
   // Every registered CUDA kernel must have a check here; controls come from its record.
   std::map<std::string, std::function<std::string()>> checks = {
-      {"rmsnorm", contract::check_cuda_rmsnorm}, {"swiglu", contract::check_cuda_swiglu}, {"rope", contract::check_cuda_rope}};
+      {"rmsnorm", contract::check_cuda_rmsnorm}, {"swiglu", contract::check_cuda_swiglu}, {"rope", contract::check_cuda_rope},
+      {"attention", contract::check_cuda_attention}};
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32}, {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0}, {"gemv.q4_1", GgmlType::Q4_1},
                          {"gemv.q8_0", GgmlType::Q8_0}})

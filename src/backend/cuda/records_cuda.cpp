@@ -17,6 +17,10 @@ std::vector<KernelRecord> make_records() {
                "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140", {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
   r.push_back({"rope", "cuda", {"f32"}, "even n_rot <= head_dim, NORM and NEOX", "head_dim 128, n_rot 128 and 64, positions to 8191",
                "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)", {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
+  r.push_back({"attention", "cuda", {"f32"}, "paged KV, GQA, causal over [0, pos], keys <= shared-memory floats",
+               "head_dim 64 and 128, 9/3 and 32/8 heads, keys 1..2000, rows at mixed positions of two sequences",
+               "|o - o64| <= 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8)",
+               {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
   return r;
 }
 

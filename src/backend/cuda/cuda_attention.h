@@ -1,0 +1,21 @@
+#pragma once
+#include <cstdint>
+
+namespace tf::cuda {
+
+// Paged KV on the device: page p of `layer` holds page_size K rows then page_size V rows of kv_row floats,
+// at base + p * page_floats + layer_offset. Every pointer here is device memory.
+struct PagedKv {
+  const float* base = nullptr;
+  int64_t page_floats = 0, layer_offset = 0, page_size = 0, kv_row = 0;
+  const int32_t* page_table = nullptr;  // [n_seqs, max_pages]
+  int64_t max_pages = 0;
+};
+
+// Causal GQA attention of each query row over its sequence's keys [0, pos[r]], one block per (row, head). Keys are
+// split over threads by absolute position only and reduced in a fixed order, so a row's bits never depend on the
+// other rows. q and out are [n_rows, n_head * head_dim]; row_seq[r] picks the row's page-table line.
+void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
+               int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out);
+
+}  // namespace tf::cuda

@@ -1,0 +1,93 @@
+// CUDA paged attention against a float64 reference, with row invariance across rows of two sequences.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "harness.h"
+
+namespace tf::contract {
+namespace {
+
+template <class T>
+T* upload(const std::vector<T>& h) {
+  auto* p = static_cast<T*>(cuda::device_alloc(h.size() * sizeof(T)));
+  cuda::copy_to_device(p, h.data(), h.size() * sizeof(T));
+  return p;
+}
+
+std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
+  const int64_t P = 16, kvr = nkv * hd, max_keys = 2000, max_pages = (max_keys + 1 + P) / P, n_seq = 2;
+  const int64_t page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
+  auto pool = random_floats(size_t(n_pages * page_floats), rng);
+  std::vector<int32_t> table(size_t(n_seq * max_pages));
+  for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * 7 + 3) % n_pages);  // scrambled
+  const std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
+  const int64_t rows = int64_t(pos.size());
+  auto q = random_floats(size_t(rows * nh * hd), rng);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  auto K = [&](int s, int64_t j) { return pool.data() + table[size_t(s * max_pages + j / P)] * page_floats + (j % P) * kvr; };
+  auto V = [&](int s, int64_t j) { return K(s, j) + P * kvr; };
+  float *dpool = upload(pool), *dq = upload(q);
+  int32_t *dtable = upload(table), *dpos = upload(pos), *dseq = upload(seq);
+  float* dout = static_cast<float*>(cuda::device_alloc(size_t(rows * nh * hd) * 4));
+  cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
+  cuda::attention(dq, rows, dpos, dseq, kv, nh, nkv, hd, scale, max_keys, dout);
+  std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
+  cuda::copy_to_host(out.data(), dout, out.size() * 4);
+  std::string why;
+  for (int64_t r = 0; r < rows && why.empty(); ++r) {
+    for (int64_t h = 0; h < nh && why.empty(); ++h) {
+      const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
+      std::vector<double> sc(static_cast<size_t>(nk));
+      double mx = -INFINITY, max_s = 0;
+      for (int64_t j = 0; j < nk; ++j) {
+        double d = 0, s = 0;
+        for (int64_t i = 0; i < hd; ++i) {
+          const double t = double(q[size_t((r * nh + h) * hd + i)]) * K(seq[size_t(r)], j)[g * hd + i];
+          d += t;
+          s += std::fabs(t);
+        }
+        sc[size_t(j)] = d * scale;
+        max_s = std::max(max_s, s * scale);
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      double sum = 0;
+      for (auto& e : sc) sum += e = std::exp(e - mx);
+      for (int64_t i = 0; i < hd; ++i) {
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < nk; ++j) {
+          const double v = V(seq[size_t(r)], j)[g * hd + i];
+          ref += sc[size_t(j)] / sum * v;
+          mag += sc[size_t(j)] / sum * std::fabs(v);
+        }
+        const double got = out[size_t((r * nh + h) * hd + i)];
+        if (!(std::fabs(got - ref) <= 4 * kU * mag * (double(hd) * max_s + double(nk) + 8))) {
+          why = fmt::format("hd {} pos {} head {} [{}]: {} vs {}", hd, pos[size_t(r)], h, i, got, ref);
+          break;
+        }
+      }
+    }
+    if (why.empty()) {
+      cuda::attention(dq + r * nh * hd, 1, dpos + r, dseq + r, kv, nh, nkv, hd, scale, max_keys, dout);
+      cuda::copy_to_host(alone.data(), dout, alone.size() * 4);
+      if (first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()) >= 0)
+        why = fmt::format("hd {}: row at pos {} differs when computed alone", hd, pos[size_t(r)]);
+    }
+  }
+  for (void* p : {static_cast<void*>(dpool), static_cast<void*>(dq), static_cast<void*>(dtable),
+                  static_cast<void*>(dpos), static_cast<void*>(dseq), static_cast<void*>(dout)})
+    cuda::device_free(p);
+  return why;
+}
+
+}  // namespace
+
+std::string check_cuda_attention() {
+  std::mt19937 rng(23);
+  if (auto why = check_case(64, 9, 3, rng); !why.empty()) return why;
+  return check_case(128, 32, 8, rng);
+}
+
+}  // namespace tf::contract
