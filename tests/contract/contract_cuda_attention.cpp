@@ -40,30 +40,14 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
-      std::vector<double> sc(static_cast<size_t>(nk));
-      double mx = -INFINITY, max_s = 0;
-      for (int64_t j = 0; j < nk; ++j) {
-        double d = 0, s = 0;
-        for (int64_t i = 0; i < hd; ++i) {
-          const double t = double(q[size_t((r * nh + h) * hd + i)]) * K(seq[size_t(r)], j)[g * hd + i];
-          d += t;
-          s += std::fabs(t);
-        }
-        sc[size_t(j)] = d * scale;
-        max_s = std::max(max_s, s * scale);
-        mx = std::max(mx, sc[size_t(j)]);
-      }
-      double sum = 0;
-      for (auto& e : sc) sum += e = std::exp(e - mx);
+      const int sq = seq[size_t(r)];
+      const AttnRef ref_head = attention_reference(
+          q.data() + (r * nh + h) * hd, hd, nk, scale, [&](int64_t j) { return K(sq, j) + g * hd; },
+          [&](int64_t j) { return V(sq, j) + g * hd; });
       for (int64_t i = 0; i < hd; ++i) {
-        double ref = 0, mag = 0;
-        for (int64_t j = 0; j < nk; ++j) {
-          const double v = V(seq[size_t(r)], j)[g * hd + i];
-          ref += sc[size_t(j)] / sum * v;
-          mag += sc[size_t(j)] / sum * std::fabs(v);
-        }
+        const double ref = ref_head.out[size_t(i)];
         const double got = out[size_t((r * nh + h) * hd + i)];
-        if (!(std::fabs(got - ref) <= 4 * kU * mag * (double(hd) * max_s + double(nk) + 8))) {
+        if (!(std::fabs(got - ref) <= ref_head.bound[size_t(i)])) {
           why = fmt::format("hd {} pos {} head {} [{}]: {} vs {}", hd, pos[size_t(r)], h, i, got, ref);
           break;
         }

@@ -110,29 +110,12 @@ std::string check_attention() {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
-        std::vector<double> sc(static_cast<size_t>(nk));
-        double mx = -INFINITY, max_s = 0;
-        for (int64_t j = 0; j < nk; ++j) {
-          double d = 0, s = 0;
-          for (int64_t i = 0; i < hd; ++i) {
-            double t = double(q[size_t((r * nh + h) * hd + i)]) * K(j)[g * hd + i];
-            d += t;
-            s += std::fabs(t);
-          }
-          sc[size_t(j)] = d * scale;
-          max_s = std::max(max_s, s * scale);
-          mx = std::max(mx, sc[size_t(j)]);
-        }
-        double sum = 0;
-        for (auto& e : sc) sum += e = std::exp(e - mx);
+        const AttnRef ref_head = attention_reference(
+            q.data() + (r * nh + h) * hd, hd, nk, scale, [&](int64_t j) { return K(j) + g * hd; },
+            [&](int64_t j) { return Vr(j) + g * hd; });
         for (int64_t i = 0; i < hd; ++i) {
-          double ref = 0, mag = 0;
-          for (int64_t j = 0; j < nk; ++j) {
-            ref += sc[size_t(j)] / sum * Vr(j)[g * hd + i];
-            mag += sc[size_t(j)] / sum * std::fabs(Vr(j)[g * hd + i]);
-          }
+          const double ref = ref_head.out[size_t(i)], bound = ref_head.bound[size_t(i)];
           double got = out[size_t((r * nh + h) * hd + i)];
-          double bound = 4 * kU * mag * (double(hd) * max_s + double(nk) + 8);
           if (!(std::fabs(got - ref) <= bound))
             return fmt::format("pos {} head {} [{}]: {} vs {} (bound {:.3g})", pos[size_t(r)], h, i, got, ref, bound);
         }

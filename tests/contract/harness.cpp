@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/scalar.h"
@@ -84,6 +85,35 @@ RefDot ref_dot(const double* w, const float* x, int64_t n) {
     double t = w[i] * double(x[i]);
     r.y += t;
     r.s += std::fabs(t);
+  }
+  return r;
+}
+
+AttnRef attention_reference(const float* q, int64_t hd, int64_t n_keys, float scale,
+                            const std::function<const float*(int64_t)>& k, const std::function<const float*(int64_t)>& v) {
+  std::vector<double> sc(static_cast<size_t>(n_keys));
+  double mx = -INFINITY, max_s = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < hd; ++i) {
+      const double t = double(q[i]) * k(j)[i];
+      d += t;
+      s += std::fabs(t);
+    }
+    sc[size_t(j)] = d * scale;
+    max_s = std::max(max_s, s * scale);
+    mx = std::max(mx, sc[size_t(j)]);
+  }
+  double sum = 0;
+  for (auto& e : sc) sum += e = std::exp(e - mx);
+  AttnRef r{std::vector<double>(static_cast<size_t>(hd)), std::vector<double>(static_cast<size_t>(hd))};
+  for (int64_t i = 0; i < hd; ++i) {
+    double mag = 0;
+    for (int64_t j = 0; j < n_keys; ++j) {
+      r.out[size_t(i)] += sc[size_t(j)] / sum * v(j)[i];
+      mag += sc[size_t(j)] / sum * std::fabs(v(j)[i]);
+    }
+    r.bound[size_t(i)] = 4 * kU * mag * (double(hd) * max_s + double(n_keys) + 8);
   }
   return r;
 }

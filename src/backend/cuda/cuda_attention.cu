@@ -3,18 +3,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "backend/ctl.h"
+#include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_attention.h"
 
 namespace tf::cuda {
 namespace {
-
-#if defined(TF_CTL) && TF_CTL
-__constant__ int d_ctl;
-#define TF_DCTL(n) (d_ctl == (n))
-#else
-#define TF_DCTL(n) false
-#endif
 
 constexpr int kThreads = 256;
 
@@ -74,9 +67,7 @@ __global__ void attention_kernel(const float* q, const int32_t* pos, const int32
 
 void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
                int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out) {
-#if defined(TF_CTL) && TF_CTL
-  cudaMemcpyToSymbol(d_ctl, &g_active_control, sizeof(int));
-#endif
+  upload_control();
   const size_t shared = size_t(max_keys + 1) * sizeof(float);
   if (shared > 48 * 1024)
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));

@@ -3,28 +3,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "backend/ctl.h"
+#include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace tf::cuda {
 namespace {
 
-#if defined(TF_CTL) && TF_CTL
-__constant__ int d_ctl;
-#define TF_DCTL(n) (d_ctl == (n))
-#else
-#define TF_DCTL(n) false
-#endif
-
 void check_launch(const char* op) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
-}
-
-void upload_control() {
-#if defined(TF_CTL) && TF_CTL
-  cudaMemcpyToSymbol(d_ctl, &g_active_control, sizeof(int));
-#endif
 }
 
 constexpr int kNormThreads = 256;
