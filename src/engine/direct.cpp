@@ -6,8 +6,8 @@ namespace tf {
 
 DirectSequence::DirectSequence(Model& model, int64_t capacity, int64_t page_size) : model_(model) {
   const int64_t pages = (capacity + page_size - 1) / page_size;
-  kv_ = std::make_unique<KvCache>(pages, page_size, page_size * model.kv_floats_per_token(), 0);
-  model_.bind_kv(kv_->base(), pages, page_size);
+  kv_ = std::make_unique<KvCache>(pages, page_size, 0);
+  model_.bind_kv(pages, page_size);
   lease_ = *kv_->acquire({}, capacity);
 }
 

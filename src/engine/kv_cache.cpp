@@ -5,9 +5,8 @@
 
 namespace tf {
 
-KvCache::KvCache(int64_t n_pages, int64_t page_size, int64_t page_floats, uint64_t salt)
-    : n_pages_(n_pages), page_size_(page_size), page_floats_(page_floats), salt_(salt),
-      data_(new float[size_t(n_pages * page_floats)]), info_(size_t(n_pages)) {
+KvCache::KvCache(int64_t n_pages, int64_t page_size, uint64_t salt)
+    : n_pages_(n_pages), page_size_(page_size), salt_(salt), info_(size_t(n_pages)) {
   TF_CHECK(n_pages > 0 && page_size > 0, "empty KV pool");
   for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(int32_t(p));
 }

@@ -14,13 +14,12 @@ struct KvLease {
   int64_t cached_tokens = 0;
 };
 
-// Paged KV memory with a prefix cache. Full pages are keyed by a hash chain over their token ids (and a model salt);
+// Paged KV bookkeeping with a prefix cache (the model owns the memory, host or device). Full pages are keyed by a hash chain over their token ids (and a model salt);
 // a key is trusted only after its tokens and parent are compared, so a hash collision can never reuse wrong KV.
 // Not thread-safe: the engine loop is its only user.
 class KvCache {
  public:
-  KvCache(int64_t n_pages, int64_t page_size, int64_t page_floats, uint64_t salt);
-  float* base() { return data_.get(); }
+  KvCache(int64_t n_pages, int64_t page_size, uint64_t salt);
   int64_t page_size() const { return page_size_; }
   int64_t pages_total() const { return n_pages_; }
   int64_t pages_used() const { return n_pages_ - int64_t(free_.size()) - int64_t(lru_.size()); }
@@ -47,9 +46,8 @@ class KvCache {
   int32_t take_page();
   void unref(int32_t page);
 
-  int64_t n_pages_, page_size_, page_floats_;
+  int64_t n_pages_, page_size_;
   uint64_t salt_;
-  std::unique_ptr<float[]> data_;
   std::vector<PageInfo> info_;
   std::vector<int32_t> free_;
   std::list<int32_t> lru_;  // cached pages nobody holds, least recently used first

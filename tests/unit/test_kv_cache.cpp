@@ -15,7 +15,7 @@ std::vector<int32_t> seq(int n, int start = 100) {
 }
 
 TEST(KvCache, ReusesFullPagesOfAFinishedPromptAndKeepsTheLastTokenToCompute) {
-  KvCache kv(16, 4, 8, 1);
+  KvCache kv(16, 4, 1);
   auto a = seq(10);
   KvLease la = *kv.acquire(a, 12);
   EXPECT_EQ(la.cached_tokens, 0);
@@ -34,7 +34,7 @@ TEST(KvCache, ReusesFullPagesOfAFinishedPromptAndKeepsTheLastTokenToCompute) {
 }
 
 TEST(KvCache, DifferentTokensOrParentsNeverMatch) {
-  KvCache kv(16, 4, 8, 1);
+  KvCache kv(16, 4, 1);
   auto a = seq(9);
   KvLease la = *kv.acquire(a, 9);
   kv.release(la, a, 9);
@@ -47,7 +47,7 @@ TEST(KvCache, DifferentTokensOrParentsNeverMatch) {
 }
 
 TEST(KvCache, EvictsLeastRecentlyUsedAndRefusesWhenHeld) {
-  KvCache kv(4, 4, 8, 1);
+  KvCache kv(4, 4, 1);
   auto a = seq(9, 0), b = seq(9, 50);
   KvLease la = *kv.acquire(a, 9);
   kv.release(la, a, 9);

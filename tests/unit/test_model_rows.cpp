@@ -32,8 +32,8 @@ TEST(ModelRows, BatchedRowsEqualSoloRowsBitForBit) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314},
                                                      {22, 23, 24}};
   // Pages of 8 positions handed out in a scrambled order, so sequences interleave in the pool.
-  KvCache kv(64, 8, 8 * m.model->kv_floats_per_token(), 0);
-  m.model->bind_kv(kv.base(), 64, 8);
+  KvCache kv(64, 8, 0);
+  m.model->bind_kv(64, 8);
   std::vector<KvLease> leases;
   std::vector<BatchRow> rows;
   for (auto& p : prompts) leases.push_back(*kv.acquire({}, 16));

@@ -21,7 +21,7 @@ class LlamaModel : public Model {
   LlamaModel(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
   const ModelInfo& info() const override { return info_; }
   int64_t kv_floats_per_token() const override;
-  void bind_kv(float* base, int64_t n_pages, int64_t page_size) override;
+  void bind_kv(int64_t n_pages, int64_t page_size) override;
   void forward(const std::vector<BatchRow>& rows, float* logits) override;
   const LlamaConfig& config() const { return cfg_; }
 
@@ -37,6 +37,7 @@ class LlamaModel : public Model {
   std::vector<float> rope_freqs_;
   std::vector<LlamaLayer> layers_;
   // Paged KV: page p, layer l holds page_size K rows then page_size V rows of kv_row_ floats.
+  std::unique_ptr<float[]> kv_;
   float* kv_base_ = nullptr;
   int64_t kv_pages_ = 0, page_size_ = 0, kv_row_ = 0;
   float* kv_row_ptr(int32_t page, int64_t layer, bool value, int64_t slot) const;
