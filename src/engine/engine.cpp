@@ -16,7 +16,17 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-TokenLogprob logprob_of(const float* logits, int64_t n_vocab, int32_t token, int top) {
+TokenLogprob logprob_of(const LogitRow& row, int64_t n_vocab, int32_t token, int top) {
+  if (const RowCandidates* c = row.cand) {
+    float l = token == c->gumbel ? c->gumbel_logit : 0.0f;
+    for (auto& [logit, id] : c->top)
+      if (id == token) l = logit;
+    TokenLogprob lp{token, float(double(l) - c->lse), {}};
+    for (int i = 0; i < top && i < int(c->top.size()); ++i)
+      lp.top.emplace_back(c->top[size_t(i)].second, float(double(c->top[size_t(i)].first) - c->lse));
+    return lp;
+  }
+  const float* logits = row.full;
   double mx = -INFINITY, sum = 0;
   for (int64_t v = 0; v < n_vocab; ++v) mx = std::max(mx, double(logits[v]));
   for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(double(logits[v]) - mx);
@@ -53,9 +63,9 @@ Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
   // Every lane can always reserve a whole context, so admission never waits on memory held by the prefix cache.
   const int64_t n_pages = int64_t(opts_.parallel) * lane_pages + std::max<int64_t>(0, cache_pages);
   const auto& info = model_.info();
-  kv_ = std::make_unique<KvCache>(n_pages, opts_.page_size, page_floats,
+  kv_ = std::make_unique<KvCache>(n_pages, opts_.page_size,
                                   uint64_t(info.n_params) * 0x9E3779B97F4A7C15ull ^ uint64_t(info.n_vocab));
-  model_.bind_kv(kv_->base(), n_pages, opts_.page_size);
+  model_.bind_kv(n_pages, opts_.page_size);
   logits_.resize(size_t(model_.info().n_vocab));
   stats_.pages_total = n_pages;
   thread_ = std::thread([this] { run(); });
@@ -184,14 +194,30 @@ void Engine::round() {
   }
   if (!rows.empty()) {
     const int64_t V = model_.info().n_vocab;
-    logits_.resize(size_t(std::max<int64_t>(1, n_logits) * V));
-    model_.forward(rows, logits_.data());
+    const bool device = model_.device_sampling();
+    if (device) {
+      std::vector<RowSampling> sp;
+      for (const Plan& p : plans) {
+        const SamplingParams& q = p.s->req.sampling;
+        const int64_t first = p.prefill ? p.s->n_prompt : int64_t(p.s->tokens.size());
+        for (int64_t i = 0; i < p.n_logits; ++i) sp.push_back({q.temperature, q.seed, first + i});
+      }
+      model_.forward_sample(rows, sp, cands_);
+    } else {
+      logits_.resize(size_t(std::max<int64_t>(1, n_logits) * V));
+      model_.forward(rows, logits_.data());
+    }
+    auto row_at = [&](int64_t k) {
+      return device ? LogitRow{nullptr, &cands_[size_t(k)]} : LogitRow{logits_.data() + k * V, nullptr};
+    };
     for (Plan& p : plans) {
       Seq& s = *p.s;
-      const float* lg = logits_.data() + p.first_logit * V;
       if (p.prefill) {
         s.n_fed = std::min(s.n_prompt, s.n_fed + opts_.chunk);
-        if (p.n_logits) emit(s, sample_token(lg, V, s.req.sampling, s.n_prompt), lg);
+        if (p.n_logits) {
+          const LogitRow lr = row_at(p.first_logit);
+          emit(s, sample_row(lr, V, s.req.sampling, s.n_prompt), lr);
+        }
         continue;
       }
       // Verify: row i predicts position pos+1+i; a draft counts only when it equals what sampling picks there.
@@ -199,9 +225,9 @@ void Engine::round() {
       s.n_fed = pos + 1;
       s.result.draft_tokens += int64_t(p.drafts.size());
       for (int64_t i = 0; i < p.n_logits && !s.done; ++i) {
-        const float* row = lg + i * V;
-        int32_t t = sample_token(row, V, s.req.sampling, pos + 1 + i);
-        emit(s, t, row);
+        const LogitRow lr = row_at(p.first_logit + i);
+        int32_t t = sample_row(lr, V, s.req.sampling, pos + 1 + i);
+        emit(s, t, lr);
         if (i >= int64_t(p.drafts.size()) || t != p.drafts[size_t(i)]) break;
         s.result.accepted_tokens += 1;
         s.n_fed = pos + 2 + i;
@@ -216,7 +242,7 @@ void Engine::round() {
   stats_.pages_cached = kv_->pages_cached();
 }
 
-void Engine::emit(Seq& s, int32_t token, const float* logits) {
+void Engine::emit(Seq& s, int32_t token, const LogitRow& logits) {
   const double t = now_s();
   if (s.result.ids.empty()) s.result.ttft_s = t - s.submitted;
   else s.result.token_gaps_s.push_back(t - s.last_token_time);

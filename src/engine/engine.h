@@ -66,7 +66,7 @@ class Engine {
   void run();
   void admit();
   void round();
-  void emit(Seq& s, int32_t token, const float* logits);
+  void emit(Seq& s, int32_t token, const LogitRow& logits);
   void finish(Seq& s, const std::string& reason);
 
   Model& model_;
@@ -76,6 +76,7 @@ class Engine {
   std::unique_ptr<Drafter> drafter_;
   std::vector<std::unique_ptr<Seq>> running_;
   std::vector<float> logits_;
+  std::vector<RowCandidates> cands_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -39,6 +39,47 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 }  // namespace sampler
 
+int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos) {
+  if (p.temperature <= 0.0) return c.greedy;
+  if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) return c.gumbel;
+  const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.top.size()) : c.top.size();
+  std::vector<double> scaled(k);
+  for (size_t i = 0; i < k; ++i) scaled[i] = double(c.top[i].first) / p.temperature;
+  size_t keep = k;
+  if (p.top_p < 1.0 || p.min_p > 0.0) {
+    std::vector<double> prob(k);
+    double mx = scaled[0], sum = 0;
+    for (size_t i = 0; i < k; ++i) sum += prob[i] = std::exp(scaled[i] - mx);
+    if (p.top_k <= 0) sum = c.sum_t * std::exp(c.max_t - mx);  // unfiltered: the whole vocabulary's mass
+    for (auto& q : prob) q /= sum;
+    if (p.top_p < 1.0) {
+      double cum = 0;
+      size_t i = 0;
+      for (; i < keep; ++i) {
+        cum += prob[i];
+        if (cum >= p.top_p) break;
+      }
+      keep = std::min(keep, i + 1);
+    }
+    if (p.min_p > 0.0) {
+      size_t i = 1;
+      while (i < keep && prob[i] >= p.min_p * prob[0]) ++i;
+      keep = i;
+    }
+  }
+  size_t best = 0;
+  double best_v = -INFINITY;
+  for (size_t i = 0; i < keep; ++i) {
+    double v = scaled[i] + sampler::gumbel(p.seed, pos, c.top[i].second);
+    if (v > best_v) best_v = v, best = i;
+  }
+  return c.top[best].second;
+}
+
+int32_t sample_row(const LogitRow& row, int64_t n_vocab, const SamplingParams& p, int64_t pos) {
+  return row.cand ? sample_candidates(*row.cand, p, pos) : sample_token(row.full, n_vocab, p, pos);
+}
+
 int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams& p, int64_t pos) {
   if (p.temperature <= 0.0) return cpu::argmax(logits, n_vocab);
   if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {

@@ -3,6 +3,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/model.h"
+
 namespace tf {
 
 struct SamplingParams {
@@ -26,5 +28,14 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 // Picks the token for position `pos` from one row of logits.
 int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams& p, int64_t pos);
+// The same choice from a device backend's candidates; filters see at most the candidates that left the device.
+int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos);
+
+// One logits row as the engine sees it: full logits (CPU) or device candidates.
+struct LogitRow {
+  const float* full = nullptr;
+  const RowCandidates* cand = nullptr;
+};
+int32_t sample_row(const LogitRow& row, int64_t n_vocab, const SamplingParams& p, int64_t pos);
 
 }  // namespace tf

@@ -3,6 +3,10 @@
 #include "base/error.h"
 
 namespace tf {
+
+void Model::forward_sample(const std::vector<BatchRow>&, const std::vector<RowSampling>&, std::vector<RowCandidates>&) {
+  fail("this backend samples from full logits");
+}
 namespace {
 std::vector<FamilyEntry>& registry() {
   static std::vector<FamilyEntry> r;

@@ -34,17 +34,41 @@ struct BatchRow {
   bool want_logits = false;
 };
 
+// The sampling inputs of one logits row, for backends that sample next to the logits.
+struct RowSampling {
+  double temperature = 0;
+  uint64_t seed = 0;
+  int64_t pos = 0;  // absolute position of the token being drawn
+};
+
+// What leaves the device for one logits row: a fixed number of top candidates plus the full-vocabulary facts the
+// keyed sampler and logprobs need (see backend/cuda/cuda_sample.h).
+struct RowCandidates {
+  int32_t greedy = 0, gumbel = 0;  // argmax; keyed Gumbel-max over the whole vocabulary (temperature > 0)
+  float gumbel_logit = 0;
+  double lse = 0, max_t = 0, sum_t = 0;  // log-sum-exp at T=1; max and sum of exp(l/T - max) at the row's T
+  std::vector<std::pair<float, int32_t>> top;  // (logit desc, id asc)
+};
+
 class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
   // KV floats one token needs over all layers (keys and values); a page holds page_size tokens of it.
   virtual int64_t kv_floats_per_token() const = 0;
-  // The engine's page pool: `n_pages` pages of page_size * kv_floats_per_token() floats each.
-  virtual void bind_kv(float* base, int64_t n_pages, int64_t page_size) = 0;
+  // Allocates the engine's page pool (host or device memory, as the backend needs): `n_pages` pages of
+  // page_size * kv_floats_per_token() floats each; throws naming the size when it cannot.
+  virtual void bind_kv(int64_t n_pages, int64_t page_size) = 0;
   // Runs every row; writes [n_wanted, n_vocab] logits in row order for rows with want_logits. Rows of one sequence
   // must be consecutive with increasing positions; a row's bits do not depend on the other rows.
   virtual void forward(const std::vector<BatchRow>& rows, float* logits) = 0;
+  // Backends that keep logits on the device return candidates instead (one per want_logits row, in row order).
+  virtual bool device_sampling() const { return false; }
+  // Device backends: the last forward's device time (stream events), and CUDA graphs on or off (benchmarks).
+  virtual double last_device_ms() const { return 0; }
+  virtual void set_graphs(bool) {}
+  virtual void forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
+                              std::vector<RowCandidates>& out);
 };
 
 // Family registry: each family folder registers itself by the architecture names it reads.
@@ -53,7 +77,13 @@ struct FamilyEntry {
   std::vector<std::string> architectures;
   std::function<std::unique_ptr<Model>(std::shared_ptr<const GgufFile>, ThreadPool&)> load_gguf;
   std::function<ModelInfo(const GgufFile&)> inspect_gguf;  // without touching weights
+  // The CUDA backend's loader and its startup check ("" = can run); empty when the family has no CUDA path.
+  std::function<std::unique_ptr<Model>(std::shared_ptr<const GgufFile>)> load_gguf_cuda;
+  std::function<std::string(const GgufFile&)> cuda_refusal;
 };
+
+// Longest context the CUDA attention kernel serves (one shared-memory score per key).
+constexpr int64_t kCudaMaxContext = 48 * 1024;
 
 bool register_family(FamilyEntry e);
 const std::vector<FamilyEntry>& families();
