@@ -26,12 +26,13 @@ struct Dev {
 
 std::string check_gemv(GgmlType type) {
   std::mt19937 rng(4321 + uint32_t(type));
-  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {4096, 64}, {32, 33}}) {
+  const bool k_quant = type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{k_quant ? 768 : 576, 1536}, {1536, k_quant ? 512 : 576}, {4096, 64},
+                             {k_quant ? 256 : 32, 33}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
-    const int64_t row_bytes = int64_t(wb.size()) / n_out;
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
-    Dev dw(wb.size());
-    cuda::copy_to_device(dw.p, wb.data(), wb.size());
+    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out));
+    const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
     for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
       auto x = random_floats(size_t(rows * n_in), rng);
       if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
@@ -39,7 +40,7 @@ std::string check_gemv(GgmlType type) {
       cuda::copy_to_device(dx.p, x.data(), x.size() * 4);
       auto y = with_canary(size_t(rows * n_out), size_t(n_out));
       cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
-      cuda::gemv(type, dw.p, n_in, n_out, row_bytes, dx.as<float>(), rows, dy.as<float>());
+      cuda::gemv(m, dx.as<float>(), rows, dy.as<float>());
       cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
       if (!canary_intact(y, size_t(rows * n_out))) return fmt::format("{}: write past the output", ggml_type_name(type));
       for (int64_t r = 0; r < rows; ++r) {
@@ -48,14 +49,14 @@ std::string check_gemv(GgmlType type) {
           double got = y[size_t(r * n_out + o)];
           if (std::isnan(ref) != std::isnan(got))
             return fmt::format("{}: row {} col {}: non-finite input gives {}", ggml_type_name(type), r, o, got);
-          // Each lane fuses n_in/32 products into one running sum, then a 5-level shuffle tree.
+          // Each lane fuses at most n_in/32 products into one running sum, then a 5-level shuffle tree.
           double bound = (double(n_in) / 32 + 8) * kU * s;
           if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
             return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", ggml_type_name(type), n_in, n_out,
                                rows, r, o, got, ref, bound);
         }
         std::vector<float> alone(static_cast<size_t>(n_out));
-        cuda::gemv(type, dw.p, n_in, n_out, row_bytes, dx.as<float>() + r * n_in, 1, d1.as<float>());
+        cuda::gemv(m, dx.as<float>() + r * n_in, 1, d1.as<float>());
         cuda::copy_to_host(alone.data(), d1.p, alone.size() * 4);
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
           return fmt::format("{}: row {} of {} differs from the row alone at col {}", ggml_type_name(type), r, rows, d);
@@ -71,6 +72,11 @@ std::string check_cuda_rmsnorm();
 std::string check_cuda_swiglu();
 std::string check_cuda_rope();
 std::string check_cuda_attention();
+std::string check_cuda_embedding(GgmlType type);
+std::string check_cuda_kv_store();
+std::string check_cuda_residual();
+std::string check_cuda_gather();
+std::string check_cuda_candidates();
 
 }  // namespace tf::contract
 
@@ -83,11 +89,16 @@ int main() {
   // Every registered CUDA kernel must have a check here; controls come from its record.
   std::map<std::string, std::function<std::string()>> checks = {
       {"rmsnorm", contract::check_cuda_rmsnorm}, {"swiglu", contract::check_cuda_swiglu}, {"rope", contract::check_cuda_rope},
-      {"attention", contract::check_cuda_attention}};
+      {"attention", contract::check_cuda_attention}, {"kv_store", contract::check_cuda_kv_store},
+      {"residual_add", contract::check_cuda_residual}, {"gather_rows", contract::check_cuda_gather},
+      {"sample_candidates", contract::check_cuda_candidates}};
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32}, {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0}, {"gemv.q4_1", GgmlType::Q4_1},
-                         {"gemv.q8_0", GgmlType::Q8_0}})
+                         {"gemv.q8_0", GgmlType::Q8_0}, {"gemv.q4_k", GgmlType::Q4_K}, {"gemv.q6_k", GgmlType::Q6_K}})
     checks[name] = [t = t] { return contract::check_gemv(t); };
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"embedding.q8_0", GgmlType::Q8_0}, {"embedding.q4_k", GgmlType::Q4_K},
+                         {"embedding.q6_k", GgmlType::Q6_K}, {"embedding.bf16", GgmlType::BF16}, {"embedding.q4_1", GgmlType::Q4_1}})
+    checks[name] = [t = t] { return contract::check_cuda_embedding(t); };
   int k = 0, pass = 0, controls = 0, caught = 0;
   for (const KernelRecord& rec : cuda_kernel_records()) {
     ++k;

@@ -5,11 +5,14 @@
 
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_stream.cuh"
 
 namespace tf::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxHeadDim = 256;
 
 __device__ __forceinline__ const float* kv_at(const PagedKv& kv, int seq, int64_t j, bool value) {
   const int32_t page = kv.page_table[int64_t(seq) * kv.max_pages + j / kv.page_size];
@@ -17,10 +20,16 @@ __device__ __forceinline__ const float* kv_at(const PagedKv& kv, int seq, int64_
          (j % kv.page_size) * kv.kv_row;
 }
 
-__global__ void attention_kernel(const float* q, const int32_t* pos, const int32_t* row_seq, PagedKv kv,
-                                 int64_t n_head, int64_t n_kv_head, int64_t hd, float scale, float* out) {
+// One block per (row, head). Scores: each key's dot product is one warp's lanes over the head dimension and a fixed
+// shuffle tree, so which warp takes a key never matters. Softmax sum: thread t sums keys t, t+256, ... then a fixed
+// tree. Output: warp w sums keys w, w+8, ... in order, and the eight partials are added in warp order. Every order
+// depends on absolute key positions only, never on the other rows.
+__global__ void __launch_bounds__(kThreads) attention_kernel(const float* q, const int32_t* pos, const int32_t* row_seq,
+                                                             PagedKv kv, int64_t n_head, int64_t n_kv_head, int hd,
+                                                             float scale, float* out) {
   extern __shared__ float scores[];
   __shared__ double red[kThreads];
+  __shared__ float part[kWarps][kMaxHeadDim];
   const int64_t r = blockIdx.x / n_head, h = blockIdx.x % n_head;
   int64_t kvh = h / (n_head / n_kv_head);
   if (TF_DCTL(142) && n_kv_head > 1) kvh = (kvh + 1) % n_kv_head;  // planted: wrong KV head
@@ -28,13 +37,23 @@ __global__ void attention_kernel(const float* q, const int32_t* pos, const int32
   int64_t n_keys = int64_t(pos[r]) + 1;
   if (TF_DCTL(141)) n_keys += 1;  // planted: one key past the causal limit
   const float* qr = q + (r * n_head + h) * hd;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per_lane = hd / 32;  // hd is a multiple of 32, at most kMaxHeadDim
+  float ql[kMaxHeadDim / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxHeadDim / 32; ++i) ql[i] = i < per_lane ? qr[lane + 32 * i] : 0.0f;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n_keys; j += kThreads) {
+  for (int64_t j = warp; j < n_keys; j += kWarps) {
     const float* k = kv_at(kv, seq, j, false) + kvh * hd;
     float s = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) s = fmaf(qr[d], k[d], s);
-    scores[j] = s * scale;
-    mx = fmaxf(mx, scores[j]);
+#pragma unroll
+    for (int i = 0; i < kMaxHeadDim / 32; ++i)
+      if (i < per_lane) s = fmaf(ql[i], k[lane + 32 * i], s);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    s *= scale;
+    if (lane == 0) scores[j] = s;
+    mx = fmaxf(mx, s);
   }
   red[threadIdx.x] = mx;
   __syncthreads();
@@ -51,14 +70,28 @@ __global__ void attention_kernel(const float* q, const int32_t* pos, const int32
   }
   red[threadIdx.x] = sum;
   __syncthreads();
-  for (int st = kThreads / 2; st > 0; st >>= 1) {  // fixed tree over threads, each summing keys j = t mod kThreads
+  for (int st = kThreads / 2; st > 0; st >>= 1) {
     if (int(threadIdx.x) < st) red[threadIdx.x] += red[threadIdx.x + st];
     __syncthreads();
   }
   const float inv = float(1.0 / red[0]);
-  for (int64_t d = threadIdx.x; d < hd; d += kThreads) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < n_keys; ++j) o = fmaf(scores[j] * inv, kv_at(kv, seq, j, true)[kvh * hd + d], o);
+  float acc[kMaxHeadDim / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxHeadDim / 32; ++i) acc[i] = 0.0f;
+  for (int64_t j = warp; j < n_keys; j += kWarps) {
+    const float* v = kv_at(kv, seq, j, true) + kvh * hd;
+    const float p = scores[j] * inv;
+#pragma unroll
+    for (int i = 0; i < kMaxHeadDim / 32; ++i)
+      if (i < per_lane) acc[i] = fmaf(p, v[lane + 32 * i], acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxHeadDim / 32; ++i)
+    if (i < per_lane) part[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += kThreads) {
+    float o = part[0][d];
+    for (int w = 1; w < kWarps; ++w) o = __fadd_rn(o, part[w][d]);
     out[(r * n_head + h) * hd + d] = o;
   }
 }
@@ -67,11 +100,15 @@ __global__ void attention_kernel(const float* q, const int32_t* pos, const int32
 
 void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
                int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out) {
+  if (head_dim % 32 != 0 || head_dim > kMaxHeadDim) throw std::runtime_error("attention: head size must be a multiple of 32 up to 256");
   upload_control();
   const size_t shared = size_t(max_keys + 1) * sizeof(float);
-  if (shared > 48 * 1024)
+  static size_t granted = 48 * 1024;
+  if (shared > granted) {
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-  attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared>>>(q, pos, row_seq, kv, n_head, n_kv_head, head_dim,
+    granted = shared;
+  }
+  attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared, launch_stream()>>>(q, pos, row_seq, kv, n_head, n_kv_head, int(head_dim),
                                                                      scale, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_stream.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -59,17 +60,81 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64
   v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+__global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_rows * n) return;
+  const int64_t col = TF_DCTL(191) ? (i + 1) % n : i % n;  // planted: the neighbouring column's bias
+  x[i] = __fadd_rn(x[i], b[col]);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = TF_DCTL(192) ? x[i] : __fadd_rn(x[i], y[i]);  // planted: the residual term lost
+}
+
+__global__ void kv_store_kernel(const float* k, const float* v, const int32_t* pos, const int32_t* row_seq,
+                                const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+                                int64_t layer_offset, int64_t page_size, int64_t kv_row) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= kv_row) return;
+  const int64_t p = TF_DCTL(171) ? pos[r] + 1 : pos[r];  // planted: written one slot late
+  const int32_t page = page_table[int64_t(row_seq[r]) * max_pages + p / page_size];
+  float* kp = base + int64_t(page) * page_floats + layer_offset + (p % page_size) * kv_row;
+  kp[i] = k[r * kv_row + i];
+  kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * kv_row + i] : v[r * kv_row + i];  // planted: K stored as V
+}
+
+__global__ void gather_rows_kernel(const float* src, const int32_t* idx, int64_t n, float* dst) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[r * n + i] = src[int64_t(TF_DCTL(181) ? idx[r] + 1 : idx[r]) * n + i];  // planted: the next row
+}
+
+unsigned grid(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
 }  // namespace
+
+void add_bias(float* x, const float* b, int64_t n_rows, int64_t n) {
+  if (n_rows * n == 0) return;
+  upload_control();
+  add_bias_kernel<<<grid(n_rows * n, 256), 256, 0, launch_stream()>>>(x, b, n_rows, n);
+  check_launch("add_bias");
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  if (n == 0) return;
+  upload_control();
+  add_kernel<<<grid(n, 256), 256, 0, launch_stream()>>>(x, y, n);
+  check_launch("add");
+}
+
+void kv_store(const float* k, const float* v, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+              const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
+              int64_t page_size, int64_t kv_row) {
+  if (n_rows == 0) return;
+  upload_control();
+  kv_store_kernel<<<dim3(grid(kv_row, 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
+      k, v, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+  check_launch("kv_store");
+}
+
+void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst) {
+  if (n_rows == 0) return;
+  upload_control();
+  gather_rows_kernel<<<dim3(grid(n, 256), unsigned(n_rows)), 256, 0, launch_stream()>>>(src, idx, n, dst);
+  check_launch("gather_rows");
+}
 
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
   upload_control();
-  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads>>>(x, w, n, eps, y);
+  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y);
   check_launch("rmsnorm");
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   upload_control();
-  swiglu_kernel<<<unsigned((n + 255) / 256), 256>>>(gate, up, out, n);
+  swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(gate, up, out, n);
   check_launch("swiglu");
 }
 
@@ -77,7 +142,7 @@ void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t
           const float* cos, const float* sin, bool neox) {
   upload_control();
   const int64_t half = n_rot / 2, pairs = n_heads * half;
-  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128>>>(x, row_stride, n_heads, head_dim, half,
+  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(x, row_stride, n_heads, head_dim, half,
                                                                               cos, sin, neox);
   check_launch("rope");
 }

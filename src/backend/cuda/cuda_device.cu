@@ -1,0 +1,96 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+#include <string>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_stream.cuh"
+
+namespace tf::cuda {
+namespace {
+void check(cudaError_t e, const char* op) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+
+DeviceInfo device_info(int device) {
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, device), "device properties");
+  DeviceInfo d;
+  d.name = p.name;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.sm_count = p.multiProcessorCount;
+  check(cudaSetDevice(device), "set device");
+  check(cudaMemGetInfo(&d.free_bytes, &d.total_bytes), "memory info");
+  return d;
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes), "pinned host allocation");
+  return p;
+}
+void host_free_pinned(void* p) { cudaFreeHost(p); }
+
+void copy_to_device_async(void* dst, const void* src, size_t n) {
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, launch_stream()), "async copy to device");
+}
+void copy_to_host_async(void* dst, const void* src, size_t n) {
+  check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, launch_stream()), "async copy to host");
+}
+void stream_sync() { check(cudaStreamSynchronize(launch_stream()), "stream synchronize"); }
+
+void capture_begin() { check(cudaStreamBeginCapture(launch_stream(), cudaStreamCaptureModeThreadLocal), "begin capture"); }
+
+void* capture_end() {
+  cudaGraph_t g = nullptr;
+  check(cudaStreamEndCapture(launch_stream(), &g), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  check(e, "graph instantiate");
+  return exec;
+}
+
+void graph_launch(void* graph) { check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), launch_stream()), "graph launch"); }
+void graph_destroy(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); }
+
+void* event_record_now() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreate(&e), "event create");
+  check(cudaEventRecord(e, launch_stream()), "event record");
+  return e;
+}
+float event_ms(void* a, void* b) {
+  float ms = 0;
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(b)), "event synchronize");
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a), static_cast<cudaEvent_t>(b)), "event elapsed");
+  return ms;
+}
+void event_destroy(void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+
+double copy_bandwidth() {
+  const size_t n = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, n), "cudaMalloc");
+  check(cudaMalloc(&b, n), "cudaMalloc");
+  cudaMemsetAsync(a, 1, n, launch_stream());
+  std::vector<float> ms;
+  for (int i = 0; i < 7; ++i) {
+    void* e0 = event_record_now();
+    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, launch_stream()), "copy");
+    void* e1 = event_record_now();
+    ms.push_back(event_ms(e0, e1));
+    event_destroy(e0);
+    event_destroy(e1);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3);
+}
+
+}  // namespace tf::cuda

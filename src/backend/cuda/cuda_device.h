@@ -1,0 +1,36 @@
+#pragma once
+#include <cstddef>
+#include <string>
+
+// Device, stream, pinned-memory and graph plumbing of the CUDA backend; no CUDA header needed by callers.
+namespace tf::cuda {
+
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0, sm_count = 0;
+  size_t total_bytes = 0, free_bytes = 0;
+};
+DeviceInfo device_info(int device = 0);  // throws when there is no such device
+
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* p);
+// Copies ordered on the launch stream; stream_sync waits for everything queued there.
+void copy_to_device_async(void* dst, const void* src, size_t bytes);
+void copy_to_host_async(void* dst, const void* src, size_t bytes);
+void stream_sync();
+
+// Records every launch on the stream between begin and end into a replayable graph.
+void capture_begin();
+void* capture_end();
+void graph_launch(void* graph);
+void graph_destroy(void* graph);
+
+// Stream-ordered timing: an event recorded now, and milliseconds between two recorded events (after a sync).
+void* event_record_now();
+float event_ms(void* start, void* stop);
+void event_destroy(void* e);
+
+// Median device-to-device copy rate over a 2 GiB buffer, bytes read plus written per second.
+double copy_bandwidth();
+
+}  // namespace tf::cuda
