@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "cli/bench_device.h"
 #include "cli/common.h"
 #include "engine/direct.h"
 #include "engine/loaded_model.h"
@@ -58,6 +59,8 @@ Runner add_bench(CLI::App& app) {
     std::string model;
     int64_t pp = 512, tg = 128, reps = 5;
     int threads = 0;
+    std::string backend = "cpu", pp_list, streams;
+    int64_t ubatch = 512;
   };
   auto o = std::make_shared<Opts>();
   c->add_option("model", o->model, "GGUF model file")->required();
@@ -65,9 +68,24 @@ Runner add_bench(CLI::App& app) {
   c->add_option("-n,--n-gen", o->tg, "generated tokens (tgN)");
   c->add_option("-r,--repetitions", o->reps);
   c->add_option("--threads", o->threads);
+  c->add_option("--backend", o->backend, "cpu, cuda or auto");
+  c->add_option("--pp-list", o->pp_list, "device backend: prompt lengths, e.g. 512,4096 (default: -p)");
+  c->add_option("--ubatch", o->ubatch, "device backend: prompt rows per forward");
+  c->add_option("--streams", o->streams, "device backend: aggregate decode at these stream counts, e.g. 1,8,32,128");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool);
+    LoadedModel m = load_model(o->model, pool, "", o->backend);
+    if (m.backend.name == "cuda") {
+      DeviceBenchOptions d;
+      d.model = o->model;
+      d.pp.clear();
+      for (int32_t v : parse_id_list(o->pp_list.empty() ? std::to_string(o->pp) : o->pp_list)) d.pp.push_back(v);
+      d.tg = o->tg;
+      d.ubatch = o->ubatch;
+      if (!o->streams.empty())
+        for (int32_t v : parse_id_list(o->streams)) d.streams.push_back(v);
+      return run_device_bench(m, d);
+    }
     const auto& info = m.model->info();
     std::mt19937 rng(42);
     std::vector<int32_t> ids(size_t(o->pp));

@@ -12,9 +12,11 @@ Runner add_info(CLI::App& app) {
   auto* c = app.add_subcommand("info", "describe a model without loading its weights");
   auto model = std::make_shared<std::string>();
   auto context = std::make_shared<int64_t>(4096);
+  auto backend = std::make_shared<std::string>("auto");
   c->add_option("model", *model, "GGUF model file")->required();
   c->add_option("--context", *context, "context size used for the memory estimate");
-  return [model, context] {
+  c->add_option("--backend", *backend, "auto, cpu or cuda: which backend to report on");
+  return [model, context, backend] {
     auto f = std::make_shared<const GgufFile>(*model);
     auto arch = f->get_string("general.architecture").value_or("(missing)");
     std::printf("file:          %s (GGUF v%u, %.1f MiB)\n", model->c_str(), f->version(),
@@ -39,7 +41,15 @@ Runner add_info(CLI::App& app) {
     } catch (const Error& e) {
       std::printf("chat template: refused: %s\n", e.what());
     }
-    std::printf("backend:       cpu");
+    BackendChoice b = backend_for(*f, *backend);
+    std::printf("backend:       %s: %s\n", b.name.c_str(), b.detail.c_str());
+    if (b.name == "cuda") {
+      const double need = double(i.weight_bytes) + kv;
+      std::printf("device memory: %.1f MiB needed of %.1f MiB free%s\n", need / (1 << 20),
+                  double(b.device_free_bytes) / (1 << 20), need < double(b.device_free_bytes) ? "" : " (too little)");
+      return need < double(b.device_free_bytes) ? 0 : 2;
+    }
+    std::printf("cpu kernels:  ");
     std::string refusal;
     for (auto& t : f->tensors()) {
       if (t.ne.size() != 2) continue;

@@ -13,6 +13,7 @@ Runner add_logits(CLI::App& app) {
     std::string model, tokens, prompt, out;
     int64_t chunk = 0, context = 4096;
     int threads = 0;
+    std::string backend = "auto";
   };
   auto o = std::make_shared<Opts>();
   c->add_option("model", o->model, "GGUF model file")->required();
@@ -23,9 +24,10 @@ Runner add_logits(CLI::App& app) {
   c->add_option("--chunk", o->chunk, "prefill N tokens per forward through the KV cache (0: all at once)");
   c->add_option("--context", o->context);
   c->add_option("--threads", o->threads);
+  c->add_option("--backend", o->backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool);
+    LoadedModel m = load_model(o->model, pool, "", o->backend);
     std::vector<int32_t> ids = o->tokens.empty() ? m.tokenizer->encode(o->prompt) : parse_id_list(o->tokens);
     if (ids.empty()) fail("no tokens given");
     for (auto id : ids)

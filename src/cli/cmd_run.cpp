@@ -13,7 +13,7 @@ namespace tf::cli {
 namespace {
 
 struct GenOpts {
-  std::string model, prompt, tokens, ids_out, chat_template;
+  std::string model, prompt, tokens, ids_out, chat_template, backend = "auto";
   int64_t n = 128, context = 4096, top_k = 0;
   double temperature = 0.8, top_p = 1.0, min_p = 0.0;
   int64_t seed = -1;
@@ -31,6 +31,7 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
   c->add_option("--min-p", o.min_p);
   c->add_option("--seed", o.seed, "sampling seed (default: derived from the prompt)");
   c->add_option("--threads", o.threads, "worker threads (0: all cores)");
+  c->add_option("--backend", o.backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o.chat_template, "chatml, llama3 or deepseek instead of the file's template");
 }
 
@@ -80,7 +81,8 @@ Runner add_run(CLI::App& app) {
   c->add_option("--ids-out", o->ids_out, "write {prompt_ids, ids} as JSON");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    check_context(m, one_lane(*o, m).context);
     std::vector<int32_t> prompt;
     if (!o->tokens.empty()) {
       prompt = parse_id_list(o->tokens);
@@ -124,7 +126,8 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--system", o->prompt, "system message");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    check_context(m, one_lane(*o, m).context);
     if (!m.chat) fail("the model has no chat template; pass --chat-template");
     Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));
     std::vector<ChatMessage> history;

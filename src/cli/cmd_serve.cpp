@@ -18,6 +18,7 @@ Runner add_serve(CLI::App& app) {
     std::string model, chat_template, key_file;
     server::ServerOptions s;
     int threads = 0;
+    std::string backend = "auto";
   };
   auto o = std::make_shared<Opts>();
   c->add_option("model", o->model, "GGUF model file")->required();
@@ -40,12 +41,15 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--min-p", o->s.min_p);
   c->add_option("--seed-salt", o->s.seed_salt, "salt of the prompt-derived seed");
   c->add_option("--threads", o->threads, "compute threads (0: all cores)");
+  c->add_option("--backend", o->backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o->chat_template, "chatml, llama3 or deepseek instead of the file's template");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    log::info("backend {}: {}", m.backend.name, m.backend.detail);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);
+    check_context(m, o->s.engine.context);
     if (!o->key_file.empty()) o->s.key_hashes = server::load_api_keys(o->key_file);
     server::HttpServer srv(m, o->s);
     g_server = &srv;

@@ -14,7 +14,25 @@ std::optional<ChatFormat> chat_format_of(const GgufFile& f, const std::string& o
   return ChatFormat::from_template(*tmpl);
 }
 
-LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template) {
+BackendChoice backend_for(const GgufFile& f, const std::string& want) {
+  BackendChoice b = choose_backend(want);
+  if (b.name != "cuda") return b;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) fail("{}: required metadata 'general.architecture' is missing", f.path());
+  const FamilyEntry& fam = family_for_architecture(*arch);
+  std::string why = fam.load_gguf_cuda ? fam.cuda_refusal(f) : fmt::format("family '{}' has no CUDA path", fam.name);
+  if (why.empty()) return b;
+  if (want == "cuda") fail("--backend cuda: {}: {}", f.path(), why);
+  return {"cpu", "CUDA cannot run this model: " + why, 0, 0};
+}
+
+void check_context(const LoadedModel& m, int64_t context) {
+  if (m.backend.name == "cuda" && context > kCudaMaxContext)
+    fail("--context {} is longer than the CUDA attention kernel serves ({})", context, kCudaMaxContext);
+}
+
+LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template,
+                       const std::string& backend) {
   LoadedModel m;
   m.file = std::make_shared<const GgufFile>(path);
   auto arch = m.file->get_string("general.architecture");
@@ -22,7 +40,8 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
   const FamilyEntry& fam = family_for_architecture(*arch);
   m.tokenizer = Tokenizer::from_gguf(*m.file);
   m.chat = chat_format_of(*m.file, chat_template);
-  m.model = fam.load_gguf(m.file, pool);
+  m.backend = backend_for(*m.file, backend);
+  m.model = m.backend.name == "cuda" ? fam.load_gguf_cuda(m.file) : fam.load_gguf(m.file, pool);
   if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
     fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
          m.model->info().n_vocab);

@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "io/gguf.h"
+#include "model/backend.h"
 #include "model/model.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
@@ -17,11 +18,20 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatFormat> chat;  // none when the checkpoint has no chat template
+  BackendChoice backend;
   std::string chat_template_kind() const { return chat ? chat->name() : "none"; }
 };
 
-// Opens a GGUF model file; `chat_template` ("" = from the file) overrides the template choice.
-LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template = "");
+// Opens a GGUF model file; `chat_template` ("" = from the file) overrides the template choice; `backend` is
+// auto, cpu or cuda (auto falls back to the CPU, with the reason, when CUDA cannot run this model).
+LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template = "",
+                       const std::string& backend = "cpu");
+
+// What `backend` would run for this file, with the reason; fails as load_model would for an explicit "cuda".
+BackendChoice backend_for(const GgufFile& f, const std::string& backend);
+
+// Refuses an engine context the chosen backend cannot serve, naming --context.
+void check_context(const LoadedModel& m, int64_t context);
 
 // The chat format recorded in the file, without loading weights (for `info`).
 std::optional<ChatFormat> chat_format_of(const GgufFile& f, const std::string& override_name = "");

@@ -3,6 +3,9 @@
 #include <cmath>
 
 #include "base/error.h"
+#if TF_HAVE_CUDA
+#include "model/llama/llama_cuda.h"
+#endif
 #include "quant/ggml/dequant.h"
 
 namespace tf {
@@ -84,8 +87,9 @@ LlamaModel::LlamaModel(std::shared_ptr<const GgufFile> file, ThreadPool& pool)
 
 int64_t LlamaModel::kv_floats_per_token() const { return cfg_.n_layer * 2 * kv_row_; }
 
-void LlamaModel::bind_kv(float* base, int64_t n_pages, int64_t page_size) {
-  kv_base_ = base;
+void LlamaModel::bind_kv(int64_t n_pages, int64_t page_size) {
+  kv_.reset(new float[size_t(n_pages * page_size * kv_floats_per_token())]);
+  kv_base_ = kv_.get();
   kv_pages_ = n_pages;
   page_size_ = page_size;
 }
@@ -189,7 +193,15 @@ const bool kRegistered = register_family(FamilyEntry{
     [](std::shared_ptr<const GgufFile> f, ThreadPool& pool) -> std::unique_ptr<Model> {
       return std::make_unique<LlamaModel>(std::move(f), pool);
     },
-    [](const GgufFile& f) { return llama_inspect(f); }});
+    [](const GgufFile& f) { return llama_inspect(f); },
+#if TF_HAVE_CUDA
+    [](std::shared_ptr<const GgufFile> f) -> std::unique_ptr<Model> { return std::make_unique<LlamaCudaModel>(std::move(f)); },
+    [](const GgufFile& f) { return llama_cuda_refusal(f); },
+#else
+    {},
+    {},
+#endif
+});
 }  // namespace
 
 }  // namespace tf

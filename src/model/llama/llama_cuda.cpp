@@ -1,0 +1,209 @@
+#include "model/llama/llama_cuda.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_sample.h"
+#include "base/error.h"
+#include "model/llama/llama_model.h"
+#include "quant/ggml/dequant.h"
+
+namespace tf {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The tensors the forward reads, in upload order: matrices as the file stores them, vectors decoded to f32.
+struct Plan {
+  struct Item {
+    std::string name;
+    bool matrix;
+    int64_t n_in, n_out;
+    size_t offset, bytes;
+  };
+  std::vector<Item> items;
+  size_t total = 0;
+};
+
+std::string matrix_refusal(const GgufFile& f, const std::string& name, int64_t n_in, int64_t n_out) {
+  const GgufTensor* t = f.tensor(name);
+  if (!t) return fmt::format("tensor '{}' is missing", name);
+  if (t->ne.size() != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
+    return fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", name, fmt::join(t->ne, ", "), n_in, n_out);
+  if (!cuda::gemv_supports(t->type))
+    return fmt::format("tensor '{}' has format {}, which the CUDA backend cannot read (it reads F32, F16, BF16, Q4_0, "
+                       "Q4_1, Q8_0, Q4_K, Q6_K)", name, ggml_type_name(t->type));
+  if (n_in % cuda::gemv_block_elems(t->type) != 0)
+    return fmt::format("tensor '{}': rows of {} are not whole {} blocks", name, n_in, ggml_type_name(t->type));
+  return {};
+}
+
+Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
+  Plan p;
+  const int64_t E = c.n_embd, Dq = c.n_head * c.head_dim_k, Dkv = c.n_head_kv * c.head_dim_k;
+  auto mat = [&](const std::string& name, int64_t n_in, int64_t n_out) {
+    if (auto why = matrix_refusal(f, name, n_in, n_out); !why.empty()) fail("{}: {}", f.path(), why);
+    const size_t bytes = cuda::device_matrix_bytes(f.tensor(name)->type, n_in, n_out);
+    p.items.push_back({name, true, n_in, n_out, p.total, bytes});
+    p.total += align_up(bytes);
+  };
+  auto vec = [&](const std::string& name, int64_t n, bool required) {
+    if (!f.tensor(name)) {
+      if (required) fail("{}: tensor '{}' is missing", f.path(), name);
+      return;
+    }
+    p.items.push_back({name, false, n, 1, p.total, size_t(n) * 4});
+    p.total += align_up(size_t(n) * 4);
+  };
+  mat("token_embd.weight", E, c.n_vocab);
+  if (f.tensor("output.weight")) mat("output.weight", E, c.n_vocab);
+  vec("output_norm.weight", E, true);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    vec(b + "attn_norm.weight", E, true);
+    vec(b + "ffn_norm.weight", E, true);
+    mat(b + "attn_q.weight", E, Dq);
+    mat(b + "attn_k.weight", E, Dkv);
+    mat(b + "attn_v.weight", E, Dkv);
+    mat(b + "attn_output.weight", Dq, E);
+    vec(b + "attn_q.bias", Dq, false);
+    vec(b + "attn_k.bias", Dkv, false);
+    vec(b + "attn_v.bias", Dkv, false);
+    vec(b + "attn_output.bias", E, false);
+    mat(b + "ffn_gate.weight", E, c.n_ff);
+    mat(b + "ffn_up.weight", E, c.n_ff);
+    mat(b + "ffn_down.weight", c.n_ff, E);
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string llama_cuda_refusal(const GgufFile& f) {
+  try {
+    LlamaConfig c = llama_config_from_gguf(f);
+    if (c.head_dim_k != c.head_dim_v) return "the CUDA backend needs equal key and value head sizes";
+    if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim_k) return fmt::format("rope dimension {} is not supported", c.n_rot);
+    if (c.head_dim_k % 32 != 0 || c.head_dim_k > 256)
+      return fmt::format("head size {} is not supported by the CUDA attention kernel (multiples of 32 up to 256)",
+                         c.head_dim_k);
+    plan_tensors(f, c);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
+    : file_(std::move(file)), cfg_(llama_config_from_gguf(*file_)), info_(llama_inspect(*file_)) {
+  const GgufFile& f = *file_;
+  if (auto why = llama_cuda_refusal(f); !why.empty()) fail("{}", why);
+  kv_row_ = cfg_.n_head_kv * cfg_.head_dim_k;
+  Plan plan = plan_tensors(f, cfg_);
+  cuda::DeviceInfo dev = cuda::device_info(0);
+  if (plan.total + (size_t(1) << 28) > dev.free_bytes)
+    fail("{}: the weights need {:.2f} GiB of device memory but {} has {:.2f} GiB free", f.path(),
+         double(plan.total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
+  weights_ = cuda::device_alloc(plan.total);
+  auto* base = static_cast<uint8_t*>(weights_);
+  std::map<std::string, const Plan::Item*> by_name;
+  std::map<std::string, DevWeight> mats;
+  std::vector<float> tmp;
+  for (const auto& it : plan.items) {
+    const GgufTensor* t = f.tensor(it.name);
+    if (it.matrix) {
+      mats[it.name] = cuda::upload_matrix(t->type, t->data, it.n_in, it.n_out, base + it.offset);
+    } else {
+      tmp.resize(size_t(it.n_in));
+      if (t->n_elements() != it.n_in || !quant::dequantize(t->type, t->data, tmp.data(), it.n_in))
+        fail("{}: tensor '{}' has {} elements of {}, expected {} decodable values", f.path(), it.name,
+             t->n_elements(), ggml_type_name(t->type), it.n_in);
+      cuda::copy_to_device(base + it.offset, tmp.data(), it.bytes);
+    }
+    by_name[it.name] = &it;
+  }
+  auto W = [&](const std::string& name) { return mats.at(name); };
+  auto V = [&](const std::string& name) -> const float* {
+    auto i = by_name.find(name);
+    return i == by_name.end() ? nullptr : reinterpret_cast<const float*>(base + i->second->offset);
+  };
+  tok_embd_ = W("token_embd.weight");
+  output_ = by_name.count("output.weight") ? W("output.weight") : tok_embd_;
+  output_norm_ = V("output_norm.weight");
+  if (const GgufTensor* t = f.tensor("rope_freqs.weight")) {
+    rope_freqs_.resize(size_t(cfg_.n_rot / 2));
+    if (t->n_elements() != cfg_.n_rot / 2 || !quant::dequantize(t->type, t->data, rope_freqs_.data(), cfg_.n_rot / 2))
+      fail("{}: tensor 'rope_freqs.weight' has the wrong size or format", f.path());
+  }
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    DevLayer L;
+    L.wq = W(b + "attn_q.weight"), L.wk = W(b + "attn_k.weight"), L.wv = W(b + "attn_v.weight");
+    L.wo = W(b + "attn_output.weight");
+    L.gate = W(b + "ffn_gate.weight"), L.up = W(b + "ffn_up.weight"), L.down = W(b + "ffn_down.weight");
+    L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
+    L.bq = V(b + "attn_q.bias"), L.bk = V(b + "attn_k.bias"), L.bv = V(b + "attn_v.bias");
+    L.bo = V(b + "attn_output.bias");
+    layers_.push_back(L);
+  }
+}
+
+void LlamaCudaModel::drop_graphs() {
+  cuda::stream_sync();
+  for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
+  graphs_.clear();
+}
+
+LlamaCudaModel::~LlamaCudaModel() {
+  for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
+  if (staging_host_) cuda::host_free_pinned(staging_host_);
+  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_})
+    if (p) cuda::device_free(p);
+}
+
+void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
+  const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
+  cuda::DeviceInfo dev = cuda::device_info(0);
+  if (bytes + (size_t(1) << 28) > dev.free_bytes)
+    fail("the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
+         "--parallel, --context or --prompt-cache-gib", n_pages, page_size, double(bytes) / double(1ull << 30),
+         double(dev.free_bytes) / double(1ull << 30));
+  drop_graphs();  // graphs hold the old pool's address
+  if (kv_) cuda::device_free(kv_);
+  kv_ = static_cast<float*>(cuda::device_alloc(bytes));
+  kv_pages_ = n_pages;
+  page_size_ = page_size;
+}
+
+void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
+  if (n_rows <= cap_rows_ && table_ints <= cap_table_) return;
+  drop_graphs();  // graphs hold the old buffers' addresses
+  cap_rows_ = std::max<int64_t>(n_rows, std::max<int64_t>(16, cap_rows_ * 2));
+  cap_table_ = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
+  const auto& c = cfg_;
+  const int64_t R = cap_rows_, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
+  const int64_t sizes[] = {R * E, R * std::max(E, F), R * Dq, R * kv_row_, R * kv_row_, R * Dq, R * E, R * F, R * F,
+                           R * c.n_vocab};
+  size_t total = 0;
+  for (int64_t s : sizes) total += align_up(size_t(s) * 4);
+  total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
+  if (scratch_) cuda::device_free(scratch_);
+  scratch_ = cuda::device_alloc(total);
+  float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_};
+  size_t off = 0;
+  for (size_t i = 0; i < std::size(bufs); ++i) {
+    *bufs[i] = reinterpret_cast<float*>(static_cast<char*>(scratch_) + off);
+    off += align_up(size_t(sizes[i]) * 4);
+  }
+  cand_ = static_cast<char*>(scratch_) + off;
+  staging_bytes_ = align_up(size_t(4 * R + cap_table_) * 4) + align_up(size_t(R * c.n_rot) * 4) +
+                   align_up(size_t(R) * sizeof(cuda::SampleRow));
+  if (staging_dev_) cuda::device_free(staging_dev_);
+  if (staging_host_) cuda::host_free_pinned(staging_host_);
+  staging_dev_ = cuda::device_alloc(staging_bytes_);
+  staging_host_ = cuda::host_alloc_pinned(staging_bytes_);
+}
+
+}  // namespace tf

@@ -1,0 +1,73 @@
+#pragma once
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_gemv.h"
+#include "io/gguf.h"
+#include "model/llama/llama_config.h"
+#include "model/model.h"
+
+namespace tf {
+
+// The llama family on one CUDA device: weights copied to device memory as the file stores them, KV pages on the
+// device, every kernel row-invariant, decode-shaped rounds replayed as CUDA graphs.
+class LlamaCudaModel : public Model {
+ public:
+  explicit LlamaCudaModel(std::shared_ptr<const GgufFile> file);
+  ~LlamaCudaModel() override;
+  const ModelInfo& info() const override { return info_; }
+  int64_t kv_floats_per_token() const override { return cfg_.n_layer * 2 * kv_row_; }
+  void bind_kv(int64_t n_pages, int64_t page_size) override;
+  void forward(const std::vector<BatchRow>& rows, float* logits) override;
+  bool device_sampling() const override { return true; }
+  void forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
+                      std::vector<RowCandidates>& out) override;
+  // Per-call switches and timings for the benchmark: graphs on or off, and the last call's device milliseconds.
+  void set_graphs(bool on) override { graphs_on_ = on; }
+  double last_device_ms() const override { return last_device_ms_; }
+
+  using DevWeight = cuda::DeviceMatrix;
+  struct DevLayer {
+    DevWeight wq, wk, wv, wo, gate, up, down;
+    const float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+  };
+
+ private:
+  void ensure_capacity(int64_t n_rows, int64_t table_ints);
+  void drop_graphs();
+  int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
+  void launch(int64_t n, int64_t m, int64_t max_pages, bool sample);
+  void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
+
+  std::shared_ptr<const GgufFile> file_;
+  LlamaConfig cfg_;
+  ModelInfo info_;
+  int64_t kv_row_ = 0;
+  std::vector<float> rope_freqs_;
+  void* weights_ = nullptr;  // one device allocation holding every tensor
+  DevWeight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<DevLayer> layers_;
+  float* kv_ = nullptr;
+  int64_t kv_pages_ = 0, page_size_ = 0;
+  // Scratch and staging, sized for cap_rows_ rows and a page table of cap_table_ ints.
+  int64_t cap_rows_ = 0, cap_table_ = 0;
+  void* scratch_ = nullptr;
+  void* staging_dev_ = nullptr;
+  void* staging_host_ = nullptr;
+  size_t staging_bytes_ = 0;
+  float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *o_ = nullptr,
+        *g_ = nullptr, *u_ = nullptr, *logits_ = nullptr;
+  void* cand_ = nullptr;
+  bool graphs_on_ = true;
+  double last_device_ms_ = 0;
+  std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // (rows, page-table width, sampling) -> graph
+  std::vector<char> cand_host_;
+};
+
+// Checks every tensor against what the CUDA kernels read; "" when the model can run there.
+std::string llama_cuda_refusal(const GgufFile& f);
+
+}  // namespace tf

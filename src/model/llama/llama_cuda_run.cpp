@@ -1,0 +1,194 @@
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_sample.h"
+#include "base/error.h"
+#include "model/llama/llama_cuda.h"
+
+namespace tf {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+constexpr int64_t kMaxGraphRows = 256;
+constexpr int64_t kMaxKeys = kCudaMaxContext;
+
+// Where each input lives in the staging buffers; fixed by (rows, page-table width) so a graph can keep them.
+struct Layout {
+  int64_t n, width, half;
+  size_t ints_bytes() const { return align_up(size_t(4 * n + n * width) * 4); }
+  size_t floats_bytes() const { return align_up(size_t(2 * n * half) * 4); }
+  size_t total(bool sample) const { return ints_bytes() + floats_bytes() + (sample ? size_t(n) * sizeof(cuda::SampleRow) : 0); }
+  int32_t* ids(void* b) const { return static_cast<int32_t*>(b); }
+  int32_t* pos(void* b) const { return ids(b) + n; }
+  int32_t* row_seq(void* b) const { return ids(b) + 2 * n; }
+  int32_t* logit_idx(void* b) const { return ids(b) + 3 * n; }
+  int32_t* table(void* b) const { return ids(b) + 4 * n; }
+  float* cos(void* b) const { return reinterpret_cast<float*>(static_cast<char*>(b) + ints_bytes()); }
+  float* sin(void* b) const { return cos(b) + n * half; }
+  cuda::SampleRow* samples(void* b) const {
+    return reinterpret_cast<cuda::SampleRow*>(static_cast<char*>(b) + ints_bytes() + floats_bytes());
+  }
+};
+
+
+}  // namespace
+
+int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
+                                     int64_t& n_logits) {
+  const auto& c = cfg_;
+  const int64_t n = int64_t(rows.size()), half = c.n_rot / 2;
+  int64_t max_pages = 1;
+  for (const auto& r : rows) {
+    TF_CHECK(kv_ && r.pages && r.pos >= 0 && r.pos / page_size_ < int64_t(r.pages->size()),
+             "row position {} outside its sequence's pages", r.pos);
+    TF_CHECK(r.token >= 0 && r.token < c.n_vocab, "row token {} outside the vocabulary", r.token);
+    max_pages = std::max<int64_t>(max_pages, int64_t(r.pages->size()));
+  }
+  int64_t width = 4;
+  while (width < max_pages) width *= 2;
+  TF_CHECK(max_pages * page_size_ <= kMaxKeys, "a sequence of {} positions exceeds the CUDA attention limit of {} keys",
+           max_pages * page_size_, kMaxKeys);
+  width = std::min(width, (kMaxKeys / page_size_));
+  ensure_capacity(n, n * width);
+  Layout L{n, width, half};
+  void* h = staging_host_;
+  std::memset(L.table(h), 0, size_t(n * width) * 4);
+  int32_t seq = -1;
+  const std::vector<int32_t>* prev = nullptr;
+  n_logits = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const BatchRow& b = rows[size_t(r)];
+    if (b.pages != prev) {
+      prev = b.pages;
+      ++seq;
+      for (size_t i = 0; i < b.pages->size() && int64_t(i) < width; ++i) L.table(h)[seq * width + int64_t(i)] = (*b.pages)[i];
+    }
+    L.ids(h)[r] = b.token;
+    L.pos(h)[r] = b.pos;
+    L.row_seq(h)[r] = seq;
+    if (b.want_logits) L.logit_idx(h)[n_logits++] = int32_t(r);
+    cpu::rope_angles(b.pos, c.n_rot, c.rope_freq_base, c.rope_freq_scale,
+                     rope_freqs_.empty() ? nullptr : rope_freqs_.data(), L.cos(h) + r * half, L.sin(h) + r * half);
+  }
+  if (sampling) {
+    TF_CHECK(int64_t(sampling->size()) == n_logits, "{} sampling rows for {} logits rows", sampling->size(), n_logits);
+    for (int64_t i = 0; i < n_logits; ++i) {
+      const RowSampling& s = (*sampling)[size_t(i)];
+      L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos};
+    }
+  }
+  cuda::copy_to_device_async(staging_dev_, staging_host_, L.total(sampling != nullptr));
+  return width;
+}
+
+void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
+  const auto& c = cfg_;
+  const int64_t E = c.n_embd, D = c.head_dim_k, Dq = c.n_head * D, Dkv = kv_row_;
+  Layout L{n, width, c.n_rot / 2};
+  void* d = staging_dev_;
+  const int64_t page_floats = page_size_ * kv_floats_per_token();
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const bool neox = c.rope_pairing == cpu::RopePairing::Neox;
+  cuda::embedding(tok_embd_, L.ids(d), n, x_);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const DevLayer& Ly = layers_[size_t(il)];
+    cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_);
+    cuda::gemv(Ly.wq, h_, n, q_);
+    cuda::gemv(Ly.wk, h_, n, k_);
+    cuda::gemv(Ly.wv, h_, n, v_);
+    if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
+    if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
+    if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
+    cuda::rope(q_, n, Dq, c.n_head, D, c.n_rot, L.cos(d), L.sin(d), neox);
+    cuda::rope(k_, n, Dkv, c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);
+    const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
+    cuda::kv_store(k_, v_, n, L.pos(d), L.row_seq(d), L.table(d), width, kv_, page_floats, layer_offset, page_size_,
+                   kv_row_);
+    cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
+    cuda::attention(q_, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_, att_);
+    cuda::gemv(Ly.wo, att_, n, o_);
+    if (Ly.bo) cuda::add_bias(o_, Ly.bo, n, E);
+    cuda::add_inplace(x_, o_, n * E);
+    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_);
+    cuda::gemv(Ly.gate, h_, n, g_);
+    cuda::gemv(Ly.up, h_, n, u_);
+    cuda::swiglu(g_, u_, g_, n * c.n_ff);
+    cuda::gemv(Ly.down, g_, n, o_);
+    cuda::add_inplace(x_, o_, n * E);
+  }
+  if (m == 0) return;
+  cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
+  cuda::rmsnorm(h_, output_norm_, m, E, c.rms_eps, o_);
+  cuda::gemv(output_, o_, m, logits_);
+  if (sample)
+    cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_));
+}
+
+void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
+                         int64_t& n_logits) {
+  const int64_t n = int64_t(rows.size());
+  const int64_t width = stage_inputs(rows, sampling, n_logits);
+  const bool sample = sampling != nullptr;
+  void* t0 = cuda::event_record_now();
+  if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
+    // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
+    auto key = std::make_tuple(n, width, sample);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cuda::capture_begin();
+      try {
+        launch(n, n_logits, width, sample);
+      } catch (...) {
+        cuda::graph_destroy(cuda::capture_end());
+        throw;
+      }
+      it = graphs_.emplace(key, cuda::capture_end()).first;
+    }
+    cuda::graph_launch(it->second);
+  } else {
+    launch(n, n_logits, width, sample);
+  }
+  void* t1 = cuda::event_record_now();
+  last_device_ms_ = cuda::event_ms(t0, t1);
+  cuda::event_destroy(t0);
+  cuda::event_destroy(t1);
+}
+
+void LlamaCudaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
+  if (rows.empty()) return;
+  int64_t m = 0;
+  run(rows, nullptr, m);
+  if (m) cuda::copy_to_host_async(logits, logits_, size_t(m * cfg_.n_vocab) * sizeof(float));
+  cuda::stream_sync();
+}
+
+void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
+                                    std::vector<RowCandidates>& out) {
+  out.clear();
+  if (rows.empty()) return;
+  int64_t m = 0;
+  run(rows, &sampling, m);
+  cand_host_.resize(size_t(m) * sizeof(cuda::RowCandidatesDev));
+  if (m) cuda::copy_to_host_async(cand_host_.data(), cand_, cand_host_.size());
+  cuda::stream_sync();
+  out.resize(size_t(m));
+  for (int64_t i = 0; i < m; ++i) {
+    const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + i;
+    RowCandidates& r = out[size_t(i)];
+    r.greedy = d->greedy, r.gumbel = d->gumbel, r.gumbel_logit = d->gumbel_logit;
+    r.lse = d->lse, r.max_t = d->max_t, r.sum_t = d->sum_t;
+    r.top.resize(size_t(d->n));
+    for (int32_t j = 0; j < d->n; ++j) r.top[size_t(j)] = {d->logit[j], d->id[j]};
+    std::sort(r.top.begin(), r.top.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+  }
+}
+
+}  // namespace tf

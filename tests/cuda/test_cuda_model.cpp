@@ -1,0 +1,158 @@
+// The llama path on CUDA against the CPU backend and against itself: greedy agreement on SmolLM2, rows that do not
+// depend on their batch, and device candidates that sample exactly as full logits do. Exits 77 without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "base/error.h"
+#include "engine/direct.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+
+namespace tf {
+namespace {
+
+std::string model_path() {
+  const char* env = std::getenv("TF_MODEL");
+  return env ? env : std::string(TF_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// The foundation issue's prompts (tests/e2e/test_llama_oracle.py).
+const std::vector<std::string> kPrompts = {
+    "The old lighthouse keeper climbed the spiral stairs every evening, counting each step as the waves crashed "
+    "against the rocks below.",
+    "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "Prices: 3.14, 27.5, 1024, 65536 and 99.99; the sum of 1234 and 5678 is",
+    "Bonjour, comment ça va? Guten Morgen! ¿Dónde está la biblioteca? 今日はいい天気ですね。"};
+
+struct Greedy {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // per generated step
+};
+
+Greedy greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+  const int64_t V = m.info().n_vocab;
+  DirectSequence seq(m, int64_t(prompt.size()) + n + 1);
+  std::vector<float> lg(static_cast<size_t>(V));
+  seq.feed(prompt.data(), int64_t(prompt.size()), lg.data(), false);
+  Greedy g;
+  for (int i = 0; i < n; ++i) {
+    g.logits.push_back(lg);
+    int32_t t = cpu::argmax(lg.data(), V);
+    g.ids.push_back(t);
+    seq.feed(&t, 1, lg.data(), true);
+  }
+  return g;
+}
+
+TEST(CudaModel, GreedyMatchesCpuForAtLeast32Tokens) {
+  ThreadPool pool(0);
+  LoadedModel cpu = load_model(model_path(), pool, "", "cpu");
+  LoadedModel gpu = load_model(model_path(), pool, "", "cuda");
+  ASSERT_EQ(gpu.backend.name, "cuda");
+  const int n = 64;
+  for (const auto& text : kPrompts) {
+    auto ids = cpu.tokenizer->encode(text);
+    Greedy a = greedy(*cpu.model, ids, n), b = greedy(*gpu.model, ids, n);
+    int k = 0;
+    while (k < n && a.ids[size_t(k)] == b.ids[size_t(k)]) ++k;
+    std::string where = "all " + std::to_string(n) + " equal";
+    if (k < n) {
+      const auto& l = a.logits[size_t(k)];
+      auto top = cpu::topk(l.data(), int64_t(l.size()), 2);
+      where = "first difference at generated token " + std::to_string(k) + ", CPU top-2 margin " +
+              std::to_string(l[size_t(top[0])] - l[size_t(top[1])]);
+    }
+    std::printf("GREEDY cpu-vs-cuda %-40.40s %s\n", text.c_str(), where.c_str());
+    EXPECT_GE(k, 32) << where;
+  }
+}
+
+TEST(CudaModel, BatchedRowsEqualSoloRowsBitForBit) {
+  ThreadPool pool(0);
+  LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  const int64_t V = m.model->info().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314},
+                                                     {22, 23, 24}, {7}};
+  KvCache kv(64, 8, 0);
+  m.model->bind_kv(64, 8);
+  std::vector<KvLease> leases;
+  std::vector<BatchRow> rows;
+  for (size_t s = 0; s < prompts.size(); ++s) leases.push_back(*kv.acquire({}, 16));
+  for (size_t s = 0; s < prompts.size(); ++s)
+    for (size_t i = 0; i < prompts[s].size(); ++i) rows.push_back({&leases[s].pages, prompts[s][i], int32_t(i), true});
+  std::vector<float> batched(rows.size() * size_t(V));
+  m.model->forward(rows, batched.data());
+  size_t r = 0;
+  for (auto& p : prompts) {
+    KvLease solo = *kv.acquire({}, 16);
+    std::vector<float> one(static_cast<size_t>(V));
+    for (size_t i = 0; i < p.size(); ++i, ++r) {
+      std::vector<BatchRow> row{{&solo.pages, p[i], int32_t(i), true}};
+      m.model->forward(row, one.data());
+      ASSERT_EQ(std::memcmp(one.data(), batched.data() + r * size_t(V), size_t(V) * sizeof(float)), 0)
+          << "row " << r << " (position " << i << ") differs from its solo run";
+    }
+  }
+}
+
+TEST(CudaModel, CandidatesSampleAsFullLogits) {
+  ThreadPool pool(0);
+  LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  ASSERT_TRUE(m.model->device_sampling());
+  const int64_t V = m.model->info().n_vocab;
+  auto ids = m.tokenizer->encode(kPrompts[0]);
+  KvCache kv(16, 32, 0);
+  m.model->bind_kv(16, 32);
+  KvLease lease = *kv.acquire({}, 256);
+  std::vector<BatchRow> rows;
+  for (size_t i = 0; i < ids.size(); ++i) rows.push_back({&lease.pages, ids[i], int32_t(i), true});
+  std::vector<float> full(rows.size() * size_t(V));
+  m.model->forward(rows, full.data());
+  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1}, {0.8, 0, 1.0, 0.0, 7}, {1.3, 40, 0.9, 0.0, 9},
+                                              {0.7, 0, 1.0, 0.0, 11}, {1.0, 20, 1.0, 0.05, 13}};
+  for (const auto& p : params) {
+    std::vector<RowSampling> sp;
+    for (size_t i = 0; i < rows.size(); ++i) sp.push_back({p.temperature, p.seed, int64_t(i) + 1});
+    std::vector<RowCandidates> cand;
+    m.model->forward_sample(rows, sp, cand);
+    ASSERT_EQ(cand.size(), rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const float* l = full.data() + i * size_t(V);
+      const auto top = cpu::topk(l, V, 256);
+      ASSERT_EQ(cand[i].top.size(), top.size());
+      for (size_t j = 0; j < top.size(); ++j) ASSERT_EQ(cand[i].top[j].second, top[j]) << "row " << i << " rank " << j;
+      EXPECT_EQ(sample_candidates(cand[i], p, int64_t(i) + 1), sample_token(l, V, p, int64_t(i) + 1))
+          << "row " << i << " temperature " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p;
+    }
+  }
+}
+
+TEST(CudaModel, RefusesWhatItCannotRun) {
+  ThreadPool pool(0);
+  LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  EXPECT_THROW(check_context(m, kCudaMaxContext + 1), Error);
+  EXPECT_THROW(m.model->bind_kv(int64_t(1) << 40, 32), Error);  // far more KV than any device holds
+}
+
+}  // namespace
+}  // namespace tf
+
+int main(int argc, char** argv) {
+  if (tf::cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  if (!std::filesystem::exists(tf::model_path())) {
+    std::printf("SKIP: model not present: %s\n", tf::model_path().c_str());
+    return 77;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
