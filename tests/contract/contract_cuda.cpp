@@ -49,8 +49,9 @@ std::string check_gemv(GgmlType type) {
           double got = y[size_t(r * n_out + o)];
           if (std::isnan(ref) != std::isnan(got))
             return fmt::format("{}: row {} col {}: non-finite input gives {}", ggml_type_name(type), r, o, got);
-          // Each lane fuses at most n_in/32 products into one running sum, then a 5-level shuffle tree.
-          double bound = (double(n_in) / 32 + 8) * kU * s;
+          // Two fused running sums per lane over ceil(units/slices) units, their sum, then the slices in order.
+          const double chain = double((m.units + m.slices - 1) / m.slices) * double(cuda::unit_elems(type)) / 2;
+          double bound = (chain + m.slices + 2) * kU * s;
           if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
             return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", ggml_type_name(type), n_in, n_out,
                                rows, r, o, got, ref, bound);

@@ -11,20 +11,25 @@ int device_count();  // 0 without a driver or a device
 bool gemv_supports(GgmlType type);
 int64_t gemv_block_elems(GgmlType type);  // rows must be whole blocks of this many elements
 
-// A weight matrix in device memory, split losslessly into 16-byte aligned quant payload rows (q) and their block
-// scales (s), so every lane reads whole 16-byte chunks; the decode arithmetic is the codec's own.
+// A weight matrix in device memory, rearranged losslessly: columns (output features) in tiles of 32, each block
+// (unit) of a column split into 16-byte payload chunks (q) and its f16 scales (s); chunk c of unit u of a tile's 32
+// columns is one 512-byte line. The decode arithmetic is the codec's own. `slices` (warps splitting the units of a
+// column) depends on the shape only, never on the rows of a call.
 struct DeviceMatrix {
   GgmlType type = GgmlType::F32;
   const uint8_t* q = nullptr;
   const uint8_t* s = nullptr;
-  int64_t n_in = 0, n_out = 0, q_row = 0, s_row = 0;
+  int64_t n_in = 0, n_out = 0, units = 0;
+  int slices = 1;
 };
+// Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
+int64_t unit_elems(GgmlType type);
 size_t device_matrix_bytes(GgmlType type, int64_t n_in, int64_t n_out);
 // Repacks a GGUF tensor (host memory, [n_out] rows of blocks) into `dst` (device, device_matrix_bytes long).
 DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_t n_out, void* dst);
 
-// y[r, o] = sum_c W[o, c] * x[r, c]: one warp per output column, lanes over 16-byte chunks, a fixed shuffle tree;
-// each row's arithmetic is the same whatever n_rows is. x and y are device memory.
+// y[r, o] = sum_c W[o, c] * x[r, c]: a block per tile, a warp per slice, a lane per column; two running sums per
+// lane, then the slices in order. Each row's arithmetic is the same whatever n_rows is. x and y are device memory.
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y);
 // Rows ids[r] of a [n_vocab, n_embd] matrix, decoded exactly, into out [n_rows, n_embd]; ids in device memory.
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out);

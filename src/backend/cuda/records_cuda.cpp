@@ -4,9 +4,9 @@ namespace tf {
 namespace {
 
 std::vector<KernelRecord> make_records() {
-  const char* shapes = "n_in a multiple of 32, 16-byte aligned weights and activations; any n_out; any rows (passes of 8)";
+  const char* shapes = "n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
   const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row";
-  const char* bound = "|y - y64| <= (n_in/32 + 8) * 2^-24 * sum|w_i x_i| (one fused running sum per lane, 5-level tree)";
+  const char* bound = "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices added in order)";
   std::vector<KernelRecord> r;
   for (const char* f : {"f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "q4_k", "q6_k"})
     r.push_back({std::string("gemv.") + f, "cuda", {f}, shapes, sweep, bound,
