@@ -1,0 +1,89 @@
+// Benchmark, not a test: the dense bf16 tensor-core peak measured by cuBLAS, and our row-invariant BF16 weight kernel
+// against cuBLAS's bf16 GEMM on the same Llama-3-8B shapes (the cost of row invariance), in one run.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "backend/cuda/cuda_gemv.h"
+
+namespace {
+
+float time_ms(const std::function<void()>& fn, int reps) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();
+  cudaDeviceSynchronize();
+  std::vector<float> t;
+  for (int i = 0; i < 5; ++i) {
+    cudaEventRecord(a);
+    for (int r = 0; r < reps; ++r) fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms / float(reps));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void* dev_fill(size_t bytes, unsigned char v) {
+  void* p = nullptr;
+  cudaMalloc(&p, bytes);
+  cudaMemset(p, v, bytes);
+  return p;
+}
+
+}  // namespace
+
+int main() {
+  using namespace tf;
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  cublasHandle_t h;
+  cublasCreate(&h);
+  const float one = 1.0f, zero = 0.0f;
+  {
+    const int n = 8192;
+    void *A = dev_fill(size_t(n) * n * 2, 0x3c), *B = dev_fill(size_t(n) * n * 2, 0x3c), *C = dev_fill(size_t(n) * n * 4, 0);
+    float ms = time_ms([&] {
+      cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &zero, C, CUDA_R_32F, n,
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }, 10);
+    std::printf("cuBLAS bf16 GEMM 8192^3 (f32 out): %.0f TFLOP/s = the dense tensor-core peak used below\n",
+                2.0 * n * double(n) * n / (ms * 1e-3) / 1e12);
+    cudaFree(A), cudaFree(B), cudaFree(C);
+  }
+  std::printf("| W (n_in x n_out) | rows | ours BF16 us | cuBLAS bf16 us | ours / cuBLAS |\n");
+  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{4096, 14336}, {14336, 4096}, {4096, 4096}}) {
+    std::vector<unsigned short> wh(size_t(n_in * n_out), 0x3c00);
+    void* wd = nullptr;
+    cudaMalloc(&wd, cuda::device_matrix_bytes(GgmlType::BF16, n_in, n_out));
+    const cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::BF16, wh.data(), n_in, n_out, wd);
+    void* wb = dev_fill(size_t(n_in * n_out) * 2, 0x3c);
+    for (int64_t rows : {1, 8, 32, 128, 512}) {
+      void* x = dev_fill(size_t(rows * n_in) * 4, 0x3c);
+      void* xb = dev_fill(size_t(rows * n_in) * 2, 0x3c);
+      void* y = dev_fill(size_t(rows * n_out) * 4, 0);
+      float ours = time_ms([&] { cuda::gemv(m, static_cast<float*>(x), rows, static_cast<float*>(y)); }, 10);
+      float theirs = time_ms([&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(rows), int(n_in), &one, wb, CUDA_R_16BF, int(n_in), xb,
+                     CUDA_R_16BF, int(n_in), &zero, y, CUDA_R_32F, int(n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      }, 10);
+      std::printf("| %lld x %lld | %lld | %.1f | %.1f | %.2f |\n", (long long)n_in, (long long)n_out, (long long)rows,
+                  ours * 1e3, theirs * 1e3, ours / theirs);
+      cudaFree(x), cudaFree(xb), cudaFree(y);
+    }
+    cudaFree(wd), cudaFree(wb);
+  }
+  cublasDestroy(h);
+  return 0;
+}
