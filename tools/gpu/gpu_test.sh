@@ -32,4 +32,5 @@ if [ -n "${TF_MODEL:-}" ] && [ -f "$TF_MODEL" ]; then
 fi
 build/cuda-release/tests/bench_cuda_gemv > "$LOGS/bench_cuda_gemv.txt" 2>&1
 tail -12 "$LOGS/bench_cuda_gemv.txt"
+[ "${SKIP_GEMM:-0}" = 1 ] || { build/cuda-release/tests/bench_cuda_gemm > "$LOGS/bench_cuda_gemm.txt" 2>&1; cat "$LOGS/bench_cuda_gemm.txt"; }
 exit $rc
