@@ -111,3 +111,33 @@ def test_chat_interactive(tf_bin, model_path):
 def test_logits_rejects_out_of_vocab_ids(tf_bin, model_path, tmp_path):
     proc = tf(tf_bin, "logits", model_path, "--tokens", "1,999999", "--out", tmp_path / "x.npy")
     assert proc.returncode != 0 and "999999" in proc.stderr, shown(proc)
+
+
+def _runs_on_cuda(tf_bin, model_path):
+    proc = tf(tf_bin, "info", model_path, "--backend", "auto", timeout=60)
+    return re.search(r"^backend:\s+cuda", proc.stdout, re.M) is not None
+
+
+def test_info_names_the_backend(tf_bin, model_path):
+    proc = tf(tf_bin, "info", model_path, timeout=60)
+    assert proc.returncode == 0, shown(proc)
+    assert re.search(r"^backend:\s+(cpu|cuda):", proc.stdout, re.M), f"info should say which backend runs\n{shown(proc)}"
+    cpu = tf(tf_bin, "info", model_path, "--backend", "cpu", timeout=60)
+    assert re.search(r"^backend:\s+cpu:", cpu.stdout, re.M), shown(cpu)
+
+
+def test_backend_cuda_refused_at_startup_without_a_gpu(tf_bin, model_path):
+    if _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("a CUDA device runs this model here; the refusal needs a machine without one")
+    for args in (["run", model_path, "-p", "hi", "-n", "1", "--backend", "cuda"],
+                 ["serve", model_path, "--port", "1", "--backend", "cuda"],
+                 ["info", model_path, "--backend", "cuda"]):
+        proc = tf(tf_bin, *args, timeout=60)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, shown(proc)
+        assert "--backend cuda" in out and ("no CUDA backend" in out or "no CUDA device" in out), shown(proc)
+
+
+def test_backend_unknown_value_refused(tf_bin, model_path):
+    proc = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", "tpu", timeout=60)
+    assert proc.returncode != 0 and "auto, cpu, cuda" in proc.stderr, shown(proc)

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <random>
 
 #include "engine/sampler.h"
@@ -103,6 +104,36 @@ TEST(Sampler, OnePassEqualsSortedPath) {
     SamplingParams sorted{0.8, 4000, 1.0, 0.0, 11};
     ASSERT_EQ(sample_token(l.data(), 4000, fast, pos), sample_token(l.data(), 4000, sorted, pos)) << pos;
   }
+}
+
+// Candidates as a device backend reports them, built here from full logits: sampling from them must pick exactly
+// what the full row picks, for greedy, the unfiltered keyed draw and filters that fit the 256 candidates.
+RowCandidates candidates_of(const std::vector<float>& l, const SamplingParams& p, int64_t pos) {
+  const int64_t V = int64_t(l.size());
+  RowCandidates c;
+  c.greedy = sample_token(l.data(), V, SamplingParams{}, pos);
+  c.gumbel = sample_token(l.data(), V, SamplingParams{p.temperature, 0, 1.0, 0.0, p.seed}, pos);
+  c.gumbel_logit = l[size_t(c.gumbel)];
+  double mx = l[size_t(c.greedy)], s1 = 0, st = 0;
+  for (float x : l) s1 += std::exp(double(x) - mx), st += std::exp(double(x) / p.temperature - mx / p.temperature);
+  c.lse = mx + std::log(s1), c.max_t = mx / p.temperature, c.sum_t = st;
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+  for (size_t i = 0; i < 256; ++i) c.top.push_back({l[size_t(ids[i])], ids[i]});
+  return c;
+}
+
+TEST(Sampler, CandidatesSampleAsTheFullRow) {
+  auto l = random_logits(91, 5000);
+  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1}, {0.8, 0, 1.0, 0.0, 7}, {1.3, 40, 0.9, 0.0, 9},
+                                              {1.0, 256, 1.0, 0.05, 13}, {0.6, 5, 1.0, 0.0, 21}};
+  for (const auto& p : params)
+    for (int64_t pos = 0; pos < 200; ++pos) {
+      const RowCandidates c = candidates_of(l, p.temperature > 0 ? p : SamplingParams{1.0, 0, 1.0, 0.0, 1}, pos);
+      ASSERT_EQ(sample_candidates(c, p, pos), sample_token(l.data(), 5000, p, pos))
+          << "temperature " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " pos " << pos;
+    }
 }
 
 }  // namespace
