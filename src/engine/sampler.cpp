@@ -39,18 +39,18 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 }  // namespace sampler
 
-int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos) {
-  if (p.temperature <= 0.0) return c.greedy;
-  if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) return c.gumbel;
-  const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.top.size()) : c.top.size();
-  std::vector<double> scaled(k);
-  for (size_t i = 0; i < k; ++i) scaled[i] = double(c.top[i].first) / p.temperature;
-  size_t keep = k;
+namespace {
+
+// The keyed draw among candidates in (logit desc, id asc) order after top-p and min-p; `mass` is the normaliser of
+// their probabilities at the row's temperature relative to the first (0: the candidates' own sum).
+int32_t draw_filtered(const std::vector<int32_t>& ids, const std::vector<double>& scaled, double mass,
+                      const SamplingParams& p, int64_t pos) {
+  size_t keep = ids.size();
   if (p.top_p < 1.0 || p.min_p > 0.0) {
-    std::vector<double> prob(k);
-    double mx = scaled[0], sum = 0;
-    for (size_t i = 0; i < k; ++i) sum += prob[i] = std::exp(scaled[i] - mx);
-    if (p.top_k <= 0) sum = c.sum_t * std::exp(c.max_t - mx);  // unfiltered: the whole vocabulary's mass
+    std::vector<double> prob(ids.size());
+    double sum = 0;
+    for (size_t i = 0; i < ids.size(); ++i) sum += prob[i] = std::exp(scaled[i] - scaled[0]);
+    if (mass > 0) sum = mass;
     for (auto& q : prob) q /= sum;
     if (p.top_p < 1.0) {
       double cum = 0;
@@ -70,10 +70,24 @@ int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64
   size_t best = 0;
   double best_v = -INFINITY;
   for (size_t i = 0; i < keep; ++i) {
-    double v = scaled[i] + sampler::gumbel(p.seed, pos, c.top[i].second);
+    double v = scaled[i] + sampler::gumbel(p.seed, pos, ids[i]);
     if (v > best_v) best_v = v, best = i;
   }
-  return c.top[best].second;
+  return ids[best];
+}
+
+}  // namespace
+
+int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos) {
+  if (p.temperature <= 0.0) return c.greedy;
+  if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) return c.gumbel;
+  const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.top.size()) : c.top.size();
+  std::vector<int32_t> ids(k);
+  std::vector<double> scaled(k);
+  for (size_t i = 0; i < k; ++i) ids[i] = c.top[i].second, scaled[i] = double(c.top[i].first) / p.temperature;
+  // Without top_k the probabilities are over the whole vocabulary, whose mass the device summed.
+  const double mass = p.top_k <= 0 ? c.sum_t * std::exp(c.max_t - scaled[0]) : 0.0;
+  return draw_filtered(ids, scaled, mass, p, pos);
 }
 
 int32_t sample_row(const LogitRow& row, int64_t n_vocab, const SamplingParams& p, int64_t pos) {
@@ -98,34 +112,7 @@ int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams&
   std::vector<int32_t> cand = cpu::topk(logits, n_vocab, k);
   std::vector<double> scaled(cand.size());
   for (size_t i = 0; i < cand.size(); ++i) scaled[i] = double(logits[cand[i]]) / p.temperature;
-  size_t keep = cand.size();
-  if (p.top_p < 1.0 || p.min_p > 0.0) {
-    std::vector<double> prob(cand.size());
-    double mx = scaled[0], sum = 0;
-    for (size_t i = 0; i < cand.size(); ++i) sum += prob[i] = std::exp(scaled[i] - mx);
-    for (auto& q : prob) q /= sum;
-    if (p.top_p < 1.0) {
-      double cum = 0;
-      size_t i = 0;
-      for (; i < keep; ++i) {
-        cum += prob[i];
-        if (cum >= p.top_p) break;
-      }
-      keep = std::min(keep, i + 1);
-    }
-    if (p.min_p > 0.0) {
-      size_t i = 1;
-      while (i < keep && prob[i] >= p.min_p * prob[0]) ++i;
-      keep = i;
-    }
-  }
-  size_t best = 0;
-  double best_v = -INFINITY;
-  for (size_t i = 0; i < keep; ++i) {
-    double v = scaled[i] + sampler::gumbel(p.seed, pos, cand[i]);
-    if (v > best_v) best_v = v, best = i;
-  }
-  return cand[best];
+  return draw_filtered(cand, scaled, 0.0, p, pos);
 }
 
 }  // namespace tf

@@ -10,28 +10,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
+#include "bench_timer.h"
 
 namespace {
-
-float time_ms(const std::function<void()>& fn, int reps) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  fn();
-  cudaDeviceSynchronize();
-  std::vector<float> t;
-  for (int i = 0; i < 5; ++i) {
-    cudaEventRecord(a);
-    for (int r = 0; r < reps; ++r) fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms / float(reps));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 void* dev_fill(size_t bytes, unsigned char v) {
   void* p = nullptr;

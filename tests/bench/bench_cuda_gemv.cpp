@@ -8,30 +8,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
+#include "bench_timer.h"
 #include "io/ggml_types.h"
 
-namespace {
-
-float time_ms(const std::function<void()>& fn, int reps) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  fn();  // warm-up: module load and first-touch stay out of the figure
-  std::vector<float> t;
-  for (int i = 0; i < 5; ++i) {
-    cudaEventRecord(a);
-    for (int r = 0; r < reps; ++r) fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms / float(reps));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-}  // namespace
 
 int main() {
   using namespace tf;
