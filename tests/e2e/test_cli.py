@@ -141,3 +141,22 @@ def test_backend_cuda_refused_at_startup_without_a_gpu(tf_bin, model_path):
 def test_backend_unknown_value_refused(tf_bin, model_path):
     proc = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", "tpu", timeout=60)
     assert proc.returncode != 0 and "auto, cpu, cuda" in proc.stderr, shown(proc)
+
+
+def test_cuda_refuses_a_format_it_cannot_read(tf_bin, model_path, tmp_path):
+    # Where CUDA runs the default model: a Q5_K model is refused by --backend cuda naming the tensor, and served on
+    # the CPU by --backend auto with the reason.
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("needs a CUDA build on a machine with a GPU")
+    pytest.importorskip("gguf")
+    path = tmp_path / "q5k.gguf"
+    gen = Path(__file__).resolve().parents[2] / "tools" / "fixtures" / "gen_llama_gguf.py"
+    subprocess.run(["python3", str(gen), "--shape", "tiny", "--mix", "q5_k", "--out", str(path)], check=True, timeout=120)
+    for args in (["info", path, "--backend", "cuda"], ["run", path, "-p", "hi", "-n", "1", "--backend", "cuda"]):
+        proc = tf(tf_bin, *args, timeout=60)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Q5_K" in out and "token_embd.weight" in out, shown(proc)
+    auto = tf(tf_bin, "info", path, "--backend", "auto", timeout=60)
+    assert re.search(r"^backend:\s+cpu: CUDA cannot run this model: .*Q5_K", auto.stdout, re.M), shown(auto)
+    ran = tf(tf_bin, "run", path, "-p", "hi", "-n", "2", "--backend", "auto", "--temperature", "0", timeout=120)
+    assert ran.returncode == 0, shown(ran)
