@@ -15,9 +15,7 @@
 namespace tf::cli {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -119,9 +117,10 @@ Runner add_bench(CLI::App& app) {
                 *std::min_element(pp_tps.begin(), pp_tps.end()), *std::max_element(pp_tps.begin(), pp_tps.end()));
     std::printf("| tg%-4lld | %21.2f | %6.2f | %6.2f |\n", (long long)o->tg, median(tg_tps),
                 *std::min_element(tg_tps.begin(), tg_tps.end()), *std::max_element(tg_tps.begin(), tg_tps.end()));
-    std::printf("memory read bandwidth: %.2f GB/s; bytes read per decoded token: %.1f MB; floor %.1f tok/s; "
-                "tg at %.1f%% of the floor\n",
-                bw / 1e9, bytes_per_token / 1e6, floor_tps, 100.0 * median(tg_tps) / floor_tps);
+    std::printf(
+        "memory read bandwidth: %.2f GB/s; bytes read per decoded token: %.1f MB; floor %.1f tok/s; "
+        "tg at %.1f%% of the floor\n",
+        bw / 1e9, bytes_per_token / 1e6, floor_tps, 100.0 * median(tg_tps) / floor_tps);
     return 0;
   };
 }

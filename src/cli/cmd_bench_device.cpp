@@ -10,9 +10,7 @@
 namespace tf::cli {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -75,7 +73,8 @@ double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed) {
   double t0 = now_s();
   for (int64_t b = 0; b < n; b += ubatch) {
     std::vector<BatchRow> rows;
-    for (int64_t i = b; i < std::min(n, b + ubatch); ++i) rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1});
+    for (int64_t i = b; i < std::min(n, b + ubatch); ++i)
+      rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1});
     m.forward(rows, logits.data());
   }
   return double(n) / (now_s() - t0);
@@ -127,8 +126,10 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   const double floor_tps = bw / bytes;
   std::printf("tg%-5lld %10.1f tok/s with graphs (%.1f%% of the %.1f tok/s floor), %.1f tok/s without\n",
               (long long)o.tg, g.tok_s, 100.0 * g.tok_s / floor_tps, floor_tps, ng.tok_s);
-  std::printf("per token with graphs: %.3f ms wall = %.3f ms on the device + %.3f ms host and launch; without: %.3f ms "
-              "wall, %.3f ms device\n", g.wall_ms, g.device_ms, g.wall_ms - g.device_ms, ng.wall_ms, ng.device_ms);
+  std::printf(
+      "per token with graphs: %.3f ms wall = %.3f ms on the device + %.3f ms host and launch; without: %.3f ms "
+      "wall, %.3f ms device\n",
+      g.wall_ms, g.device_ms, g.wall_ms - g.device_ms, ng.wall_ms, ng.device_ms);
   std::printf("kernels alone reach %.1f%% of the floor\n", 100.0 * (1e3 / g.device_ms) / floor_tps);
   for (int s : o.streams)
     std::printf("streams %-4d %10.1f tok/s aggregate (engine rounds, %lld tokens each)\n", s, streams_run(lm, s, o.tg),

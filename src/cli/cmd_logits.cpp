@@ -24,7 +24,8 @@ Runner add_logits(CLI::App& app) {
   c->add_option("--chunk", o->chunk, "prefill N tokens per forward through the KV cache (0: all at once)");
   c->add_option("--context", o->context);
   c->add_option("--threads", o->threads);
-  c->add_option("--backend", o->backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
+  c->add_option("--backend", o->backend,
+                "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   return [o] {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, "", o->backend);

@@ -31,7 +31,8 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
   c->add_option("--min-p", o.min_p);
   c->add_option("--seed", o.seed, "sampling seed (default: derived from the prompt)");
   c->add_option("--threads", o.threads, "worker threads (0: all cores)");
-  c->add_option("--backend", o.backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
+  c->add_option("--backend", o.backend,
+                "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o.chat_template, "chatml, llama3 or deepseek instead of the file's template");
 }
 
@@ -87,7 +88,8 @@ Runner add_run(CLI::App& app) {
     if (!o->tokens.empty()) {
       prompt = parse_id_list(o->tokens);
       for (auto id : prompt)
-        if (id >= m.tokenizer->n_vocab()) fail("token id {} is outside the vocabulary of {}", id, m.tokenizer->n_vocab());
+        if (id >= m.tokenizer->n_vocab())
+          fail("token id {} is outside the vocabulary of {}", id, m.tokenizer->n_vocab());
     } else {
       std::string text = o->prompt;
       if (o->chat) {

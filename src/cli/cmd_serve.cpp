@@ -32,7 +32,8 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache");
   c->add_option("--drafter", o->s.engine.drafter, "auto, none or ctx");
   c->add_option("--draft-max", o->s.engine.draft_max, "drafted tokens per round and sequence");
-  c->add_flag_callback("--no-drafts", [o] { o->s.engine.drafter = "none"; }, "serve every request serially");
+  c->add_flag_callback(
+      "--no-drafts", [o] { o->s.engine.drafter = "none"; }, "serve every request serially");
   c->add_option("--api-key-file", o->key_file, "accepted API keys, one per line (raw or sha256:HEX)");
   c->add_option("--max-tokens", o->s.max_tokens, "default reply cap");
   c->add_option("--temperature", o->s.temperature, "default temperature");
@@ -41,7 +42,8 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--min-p", o->s.min_p);
   c->add_option("--seed-salt", o->s.seed_salt, "salt of the prompt-derived seed");
   c->add_option("--threads", o->threads, "compute threads (0: all cores)");
-  c->add_option("--backend", o->backend, "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
+  c->add_option("--backend", o->backend,
+                "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o->chat_template, "chatml, llama3 or deepseek instead of the file's template");
   return [o] {
     ThreadPool pool(o->threads);
@@ -53,8 +55,12 @@ Runner add_serve(CLI::App& app) {
     if (!o->key_file.empty()) o->s.key_hashes = server::load_api_keys(o->key_file);
     server::HttpServer srv(m, o->s);
     g_server = &srv;
-    std::signal(SIGINT, [](int) { if (g_server) g_server->stop(); });
-    std::signal(SIGTERM, [](int) { if (g_server) g_server->stop(); });
+    std::signal(SIGINT, [](int) {
+      if (g_server) g_server->stop();
+    });
+    std::signal(SIGTERM, [](int) {
+      if (g_server) g_server->stop();
+    });
     srv.run();
     g_server = nullptr;
     log::info("stopped");

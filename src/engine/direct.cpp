@@ -15,7 +15,8 @@ void DirectSequence::feed(const int32_t* ids, int64_t n, float* logits, bool all
   if (n_fed_ + n > int64_t(lease_.pages.size()) * kv_->page_size())
     fail("{} tokens do not fit this sequence's {} positions", n_fed_ + n, lease_.pages.size() * kv_->page_size());
   std::vector<BatchRow> rows;
-  for (int64_t i = 0; i < n; ++i) rows.push_back({&lease_.pages, ids[i], int32_t(n_fed_ + i), all_logits || i == n - 1});
+  for (int64_t i = 0; i < n; ++i)
+    rows.push_back({&lease_.pages, ids[i], int32_t(n_fed_ + i), all_logits || i == n - 1});
   model_.forward(rows, logits);
   n_fed_ += n;
 }

@@ -12,9 +12,7 @@
 namespace tf {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 TokenLogprob logprob_of(const LogitRow& row, int64_t n_vocab, int32_t token, int top) {
   if (const RowCandidates* c = row.cand) {
@@ -46,7 +44,7 @@ struct Engine::Seq {
   KvLease lease;
   std::vector<int32_t> tokens;  // prompt then reply
   int64_t n_prompt = 0;
-  int64_t n_fed = 0;            // positions whose KV is written
+  int64_t n_fed = 0;  // positions whose KV is written
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopMatcher> stops;
   EngineResult result;
@@ -87,8 +85,10 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest req) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (int64_t(waiting_.size()) >= opts_.max_queue)
-      throw QueueFull(fmt::format("the server is full: {} requests running and {} waiting (the queue limit); retry "
-                                  "shortly", running_.size(), waiting_.size()));
+      throw QueueFull(
+          fmt::format("the server is full: {} requests running and {} waiting (the queue limit); retry "
+                      "shortly",
+                      running_.size(), waiting_.size()));
     waiting_.push_back({std::move(req), h, now_s()});
   }
   cv_.notify_all();
@@ -244,8 +244,10 @@ void Engine::round() {
 
 void Engine::emit(Seq& s, int32_t token, const LogitRow& logits) {
   const double t = now_s();
-  if (s.result.ids.empty()) s.result.ttft_s = t - s.submitted;
-  else s.result.token_gaps_s.push_back(t - s.last_token_time);
+  if (s.result.ids.empty())
+    s.result.ttft_s = t - s.submitted;
+  else
+    s.result.token_gaps_s.push_back(t - s.last_token_time);
   s.last_token_time = t;
   s.result.ids.push_back(token);
   s.tokens.push_back(token);

@@ -18,11 +18,11 @@
 namespace tf {
 
 struct EngineOptions {
-  int parallel = 4;             // sequences per lane round
-  int64_t context = 4096;       // positions per sequence
-  int64_t chunk = 128;          // prompt tokens per sequence per round
-  int64_t max_queue = 512;      // waiting requests before refusing
-  int64_t page_size = 32;       // tokens per KV page
+  int parallel = 4;         // sequences per lane round
+  int64_t context = 4096;   // positions per sequence
+  int64_t chunk = 128;      // prompt tokens per sequence per round
+  int64_t max_queue = 512;  // waiting requests before refusing
+  int64_t page_size = 32;   // tokens per KV page
   double prompt_cache_gib = 1.0;
   std::string drafter = "auto";
   int64_t draft_max = 4;

@@ -13,7 +13,8 @@ KvCache::KvCache(int64_t n_pages, int64_t page_size, uint64_t salt)
 
 uint64_t KvCache::chain(uint64_t parent, const int32_t* tokens) const {
   uint64_t h = sampler::mix(parent ^ salt_);
-  for (int64_t i = 0; i < page_size_; ++i) h = sampler::mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9E3779B97F4A7C15ull));
+  for (int64_t i = 0; i < page_size_; ++i)
+    h = sampler::mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9E3779B97F4A7C15ull));
   return h;
 }
 

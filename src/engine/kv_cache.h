@@ -14,9 +14,8 @@ struct KvLease {
   int64_t cached_tokens = 0;
 };
 
-// Paged KV bookkeeping with a prefix cache (the model owns the memory, host or device). Full pages are keyed by a hash chain over their token ids (and a model salt);
-// a key is trusted only after its tokens and parent are compared, so a hash collision can never reuse wrong KV.
-// Not thread-safe: the engine loop is its only user.
+// Paged KV bookkeeping (the model owns the memory) with a prefix cache keyed by a hash chain over token ids, trusted
+// only after tokens and parent compare equal; not thread-safe: the engine loop is its only user.
 class KvCache {
  public:
   KvCache(int64_t n_pages, int64_t page_size, uint64_t salt);

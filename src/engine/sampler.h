@@ -17,9 +17,9 @@ struct SamplingParams {
 
 // Keyed sampler (specs/exactness.md): the draw for token v at absolute position p depends only on (seed, p, v).
 namespace sampler {
-constexpr uint64_t kC1 = 0xD1B54A32D192ED03ull;  // position multiplier (odd)
-constexpr uint64_t kC2 = 0x8CB92BA72F3D8DD7ull;  // token-id multiplier (odd)
-uint64_t mix(uint64_t z);  // splitmix64 finaliser
+constexpr uint64_t kC1 = 0xD1B54A32D192ED03ull;             // position multiplier (odd)
+constexpr uint64_t kC2 = 0x8CB92BA72F3D8DD7ull;             // token-id multiplier (odd)
+uint64_t mix(uint64_t z);                                   // splitmix64 finaliser
 double uniform(uint64_t seed, int64_t pos, int32_t token);  // in (0, 1)
 double gumbel(uint64_t seed, int64_t pos, int32_t token);
 // Seed used when a request gives none: SHA-256 over "id,id,...|salt", first 8 bytes LE masked to 63 bits.

@@ -14,8 +14,8 @@ class GgufFile;
 
 // What a loaded model tells the rest of the engine.
 struct ModelInfo {
-  std::string family;       // registered family name, e.g. "llama"
-  std::string architecture; // as the checkpoint names it
+  std::string family;        // registered family name, e.g. "llama"
+  std::string architecture;  // as the checkpoint names it
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   int64_t n_layer = 0, n_embd = 0;
@@ -46,7 +46,7 @@ struct RowSampling {
 struct RowCandidates {
   int32_t greedy = 0, gumbel = 0;  // argmax; keyed Gumbel-max over the whole vocabulary (temperature > 0)
   float gumbel_logit = 0;
-  double lse = 0, max_t = 0, sum_t = 0;  // log-sum-exp at T=1; max and sum of exp(l/T - max) at the row's T
+  double lse = 0, max_t = 0, sum_t = 0;        // log-sum-exp at T=1; max and sum of exp(l/T - max) at the row's T
   std::vector<std::pair<float, int32_t>> top;  // (logit desc, id asc)
 };
 

@@ -34,11 +34,14 @@ int main() {
   const float one = 1.0f, zero = 0.0f;
   {
     const int n = 8192;
-    void *A = dev_fill(size_t(n) * n * 2, 0x3c), *B = dev_fill(size_t(n) * n * 2, 0x3c), *C = dev_fill(size_t(n) * n * 4, 0);
-    float ms = time_ms([&] {
-      cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &zero, C, CUDA_R_32F, n,
-                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    }, 10);
+    void *A = dev_fill(size_t(n) * n * 2, 0x3c), *B = dev_fill(size_t(n) * n * 2, 0x3c),
+         *C = dev_fill(size_t(n) * n * 4, 0);
+    float ms = time_ms(
+        [&] {
+          cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &zero, C,
+                       CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        },
+        10);
     std::printf("cuBLAS bf16 GEMM 8192^3 (f32 out): %.0f TFLOP/s = the dense tensor-core peak used below\n",
                 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12);
     cudaFree(A), cudaFree(B), cudaFree(C);
@@ -55,10 +58,13 @@ int main() {
       void* xb = dev_fill(size_t(rows * n_in) * 2, 0x3c);
       void* y = dev_fill(size_t(rows * n_out) * 4, 0);
       float ours = time_ms([&] { cuda::gemv(m, static_cast<float*>(x), rows, static_cast<float*>(y)); }, 10);
-      float theirs = time_ms([&] {
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(rows), int(n_in), &one, wb, CUDA_R_16BF, int(n_in), xb,
-                     CUDA_R_16BF, int(n_in), &zero, y, CUDA_R_32F, int(n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      }, 10);
+      float theirs = time_ms(
+          [&] {
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(rows), int(n_in), &one, wb, CUDA_R_16BF,
+                         int(n_in), xb, CUDA_R_16BF, int(n_in), &zero, y, CUDA_R_32F, int(n_out), CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+          },
+          10);
       std::printf("| %lld x %lld | %lld | %.1f | %.1f | %.2f |\n", (long long)n_in, (long long)n_out, (long long)rows,
                   ours * 1e3, theirs * 1e3, ours / theirs);
       cudaFree(x), cudaFree(xb), cudaFree(y);

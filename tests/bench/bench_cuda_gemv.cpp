@@ -11,7 +11,6 @@
 #include "bench_timer.h"
 #include "io/ggml_types.h"
 
-
 int main() {
   using namespace tf;
   if (cuda::device_count() == 0) {
@@ -31,7 +30,8 @@ int main() {
   std::printf("| weight (n_in x n_out) | format | rows | us | GB/s | of floor (copy bw) |\n");
   std::mt19937 rng(1);
   for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{4096, 14336}, {14336, 4096}, {4096, 128256}}) {
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::BF16}) {
+    for (GgmlType t :
+         {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::BF16}) {
       auto info = *ggml_type_info(uint32_t(t));
       const size_t wbytes = size_t(n_in / info.block_elems * info.block_bytes) * size_t(n_out);
       std::vector<uint8_t> w(wbytes);
@@ -42,9 +42,7 @@ int main() {
         void* dx = cuda::device_alloc(size_t(rows * n_in) * 4);
         void* dy = cuda::device_alloc(size_t(rows * n_out) * 4);
         cudaMemset(dx, 0x3c, size_t(rows * n_in) * 4);
-        float ms = time_ms([&] {
-          cuda::gemv(m, static_cast<float*>(dx), rows, static_cast<float*>(dy));
-        }, 20);
+        float ms = time_ms([&] { cuda::gemv(m, static_cast<float*>(dx), rows, static_cast<float*>(dy)); }, 20);
         const double moved = double(wbytes) + double(rows * (n_in + n_out)) * 4;
         std::printf("| %lld x %lld | %s | %lld | %.1f | %.0f | %.1f%% |\n", (long long)n_in, (long long)n_out,
                     info.name.data(), (long long)rows, ms * 1e3, moved / (ms * 1e-3) / 1e9,

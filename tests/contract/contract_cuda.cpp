@@ -8,8 +8,8 @@
 #include <map>
 
 #include "backend/ctl.h"
-#include "backend/kernel_registry.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/kernel_registry.h"
 #include "harness.h"
 #include "quant/ggml/dequant.h"
 
@@ -21,13 +21,17 @@ struct Dev {
   explicit Dev(size_t n) : p(cuda::device_alloc(n)) {}
   ~Dev() { cuda::device_free(p); }
   template <class T>
-  T* as() const { return static_cast<T*>(p); }
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 std::string check_gemv(GgmlType type) {
   std::mt19937 rng(4321 + uint32_t(type));
   const bool k_quant = type == GgmlType::Q4_K || type == GgmlType::Q6_K;
-  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{k_quant ? 768 : 576, 1536}, {1536, k_quant ? 512 : 576}, {4096, 64},
+  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{k_quant ? 768 : 576, 1536},
+                             {1536, k_quant ? 512 : 576},
+                             {4096, 64},
                              {k_quant ? 256 : 32, 33}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
@@ -42,7 +46,8 @@ std::string check_gemv(GgmlType type) {
       cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
       cuda::gemv(m, dx.as<float>(), rows, dy.as<float>());
       cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
-      if (!canary_intact(y, size_t(rows * n_out))) return fmt::format("{}: write past the output", ggml_type_name(type));
+      if (!canary_intact(y, size_t(rows * n_out)))
+        return fmt::format("{}: write past the output", ggml_type_name(type));
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t o = 0; o < n_out; ++o) {
           const auto [ref, s] = ref_dot(wd.data() + o * n_in, x.data() + r * n_in, n_in);
@@ -89,16 +94,24 @@ int main() {
   }
   // Every registered CUDA kernel must have a check here; controls come from its record.
   std::map<std::string, std::function<std::string()>> checks = {
-      {"rmsnorm", contract::check_cuda_rmsnorm}, {"swiglu", contract::check_cuda_swiglu}, {"rope", contract::check_cuda_rope},
-      {"attention", contract::check_cuda_attention}, {"kv_store", contract::check_cuda_kv_store},
-      {"residual_add", contract::check_cuda_residual}, {"gather_rows", contract::check_cuda_gather},
-      {"sample_candidates", contract::check_cuda_candidates}};
-  for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32}, {"gemv.f16", GgmlType::F16},
-                         {"gemv.bf16", GgmlType::BF16}, {"gemv.q4_0", GgmlType::Q4_0}, {"gemv.q4_1", GgmlType::Q4_1},
-                         {"gemv.q8_0", GgmlType::Q8_0}, {"gemv.q4_k", GgmlType::Q4_K}, {"gemv.q6_k", GgmlType::Q6_K}})
+      {"rmsnorm", contract::check_cuda_rmsnorm},    {"swiglu", contract::check_cuda_swiglu},
+      {"rope", contract::check_cuda_rope},          {"attention", contract::check_cuda_attention},
+      {"kv_store", contract::check_cuda_kv_store},  {"residual_add", contract::check_cuda_residual},
+      {"gather_rows", contract::check_cuda_gather}, {"sample_candidates", contract::check_cuda_candidates}};
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
+                         {"gemv.f16", GgmlType::F16},
+                         {"gemv.bf16", GgmlType::BF16},
+                         {"gemv.q4_0", GgmlType::Q4_0},
+                         {"gemv.q4_1", GgmlType::Q4_1},
+                         {"gemv.q8_0", GgmlType::Q8_0},
+                         {"gemv.q4_k", GgmlType::Q4_K},
+                         {"gemv.q6_k", GgmlType::Q6_K}})
     checks[name] = [t = t] { return contract::check_gemv(t); };
-  for (auto [name, t] : {std::pair<const char*, GgmlType>{"embedding.q8_0", GgmlType::Q8_0}, {"embedding.q4_k", GgmlType::Q4_K},
-                         {"embedding.q6_k", GgmlType::Q6_K}, {"embedding.bf16", GgmlType::BF16}, {"embedding.q4_1", GgmlType::Q4_1}})
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"embedding.q8_0", GgmlType::Q8_0},
+                         {"embedding.q4_k", GgmlType::Q4_K},
+                         {"embedding.q6_k", GgmlType::Q6_K},
+                         {"embedding.bf16", GgmlType::BF16},
+                         {"embedding.q4_1", GgmlType::Q4_1}})
     checks[name] = [t = t] { return contract::check_cuda_embedding(t); };
   int k = 0, pass = 0, controls = 0, caught = 0;
   for (const KernelRecord& rec : cuda_kernel_records()) {
@@ -113,7 +126,8 @@ int main() {
       g_active_control = c.id;
       std::string red = it == checks.end() ? "" : it->second();
       g_active_control = 0;
-      std::printf("  control %d (%s): %s%s\n", c.id, c.what.c_str(), red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
+      std::printf("  control %d (%s): %s%s\n", c.id, c.what.c_str(),
+                  red.empty() ? "NOT CAUGHT" : "caught: ", red.c_str());
       caught += !red.empty();
     }
 #endif

@@ -77,7 +77,8 @@ std::string check_cuda_kv_store() {
   const std::vector<int32_t> table = {5, 2, 9, 0, 7, 11, 3, 1};  // two sequences of four pages
   for (int64_t rows : {1, 3, 7}) {
     std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
+    for (int64_t r = 0; r < rows; ++r)
+      seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
     auto k = random_floats(size_t(rows * kvr), rng), v = random_floats(size_t(rows * kvr), rng);
     std::vector<float> pool(size_t(n_pages * page_floats), 0.0f);
     Buf<float> dk(k), dv(v), dpool(pool);
@@ -93,7 +94,8 @@ std::string check_cuda_kv_store() {
     }
     int64_t nonzero = 0;
     for (float f : got) nonzero += f != 0.0f;
-    if (nonzero > 2 * rows * kvr) return fmt::format("rows={}: {} floats written, expected {}", rows, nonzero, 2 * rows * kvr);
+    if (nonzero > 2 * rows * kvr)
+      return fmt::format("rows={}: {} floats written, expected {}", rows, nonzero, 2 * rows * kvr);
   }
   return {};
 }
@@ -102,14 +104,16 @@ std::string check_cuda_residual() {
   std::mt19937 rng(92);
   for (int64_t rows : {1, 3, 7}) {
     const int64_t n = 576;
-    auto x = random_floats(size_t(rows * n), rng), y = random_floats(size_t(rows * n), rng), b = random_floats(size_t(n), rng);
+    auto x = random_floats(size_t(rows * n), rng), y = random_floats(size_t(rows * n), rng),
+         b = random_floats(size_t(n), rng);
     Buf<float> dx(x), dy(y), db(b);
     cuda::add_bias(dx.p, db.p, rows, n);
     cuda::add_inplace(dx.p, dy.p, rows * n);
     auto got = dx.get();
     for (int64_t i = 0; i < rows * n; ++i) {
       const float want = (x[size_t(i)] + b[size_t(i % n)]) + y[size_t(i)];  // each sum rounded once, in this order
-      if (std::memcmp(&want, &got[size_t(i)], 4) != 0) return fmt::format("rows={} [{}]: {} vs {}", rows, i, got[size_t(i)], want);
+      if (std::memcmp(&want, &got[size_t(i)], 4) != 0)
+        return fmt::format("rows={} [{}]: {} vs {}", rows, i, got[size_t(i)], want);
     }
   }
   return {};
@@ -139,10 +143,12 @@ std::string check_cuda_candidates() {
   for (int64_t V : {int64_t(49152), int64_t(1000), int64_t(100)}) {
     const int64_t rows = 7;
     std::vector<float> l = random_floats(size_t(rows * V), rng, 8.0f);
-    for (int64_t i = 0; i < V; ++i) l[size_t(V + i)] = i < 600 ? 3.0f : -1.0f - std::fabs(l[size_t(V + i)]);  // row 1: ties across the cut
-    for (int64_t i = 0; i < V; i += 3) l[size_t(2 * V + i)] = 5.0f;                      // row 2: a tied maximum
+    for (int64_t i = 0; i < V; ++i)
+      l[size_t(V + i)] = i < 600 ? 3.0f : -1.0f - std::fabs(l[size_t(V + i)]);  // row 1: ties across the cut
+    for (int64_t i = 0; i < V; i += 3) l[size_t(2 * V + i)] = 5.0f;             // row 2: a tied maximum
     std::vector<cuda::SampleRow> sp(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) sp[size_t(r)] = {r == 3 ? 0.0 : 0.5 + 0.25 * double(r), 1000 + uint64_t(r), 17 + r};
+    for (int64_t r = 0; r < rows; ++r)
+      sp[size_t(r)] = {r == 3 ? 0.0 : 0.5 + 0.25 * double(r), 1000 + uint64_t(r), 17 + r};
     Buf<float> dl(l);
     Buf<cuda::SampleRow> dsp(sp);
     std::vector<cuda::RowCandidatesDev> init(size_t(rows + 1));
@@ -162,7 +168,8 @@ std::string check_cuda_candidates() {
       if (o.n != want) return fmt::format("V={} row {}: {} candidates, expected {}", V, r, o.n, want);
       for (int64_t i = 0; i < want; ++i)
         if (got[size_t(i)].second != order[size_t(i)] || -got[size_t(i)].first != x[order[size_t(i)]])
-          return fmt::format("V={} row {}: candidate {} is {}, expected {}", V, r, i, got[size_t(i)].second, order[size_t(i)]);
+          return fmt::format("V={} row {}: candidate {} is {}, expected {}", V, r, i, got[size_t(i)].second,
+                             order[size_t(i)]);
       if (o.greedy != order[0]) return fmt::format("V={} row {}: greedy {} expected {}", V, r, o.greedy, order[0]);
       double mx = x[order[0]], s = 0;
       for (int64_t v = 0; v < V; ++v) s += std::exp(double(x[v]) - mx);

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../unit/model_rows_check.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "base/error.h"
 #include "engine/direct.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
-#include "../unit/model_rows_check.h"
 
 namespace tf {
 namespace {
@@ -80,7 +80,8 @@ TEST(CudaModel, GreedyMatchesCpuForAtLeast32Tokens) {
 TEST(CudaModel, BatchedRowsEqualSoloRowsBitForBit) {
   ThreadPool pool(0);
   LoadedModel m = load_model(model_path(), pool, "", "cuda");
-  EXPECT_EQ(batched_rows_differ(*m.model, {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}}),
+  EXPECT_EQ(batched_rows_differ(*m.model,
+                                {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}}),
             "");
 }
 
@@ -97,8 +98,11 @@ TEST(CudaModel, CandidatesSampleAsFullLogits) {
   for (size_t i = 0; i < ids.size(); ++i) rows.push_back({&lease.pages, ids[i], int32_t(i), true});
   std::vector<float> full(rows.size() * size_t(V));
   m.model->forward(rows, full.data());
-  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1}, {0.8, 0, 1.0, 0.0, 7}, {1.3, 40, 0.9, 0.0, 9},
-                                              {0.7, 0, 1.0, 0.0, 11}, {1.0, 20, 1.0, 0.05, 13}};
+  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1},
+                                              {0.8, 0, 1.0, 0.0, 7},
+                                              {1.3, 40, 0.9, 0.0, 9},
+                                              {0.7, 0, 1.0, 0.0, 11},
+                                              {1.0, 20, 1.0, 0.05, 13}};
   for (const auto& p : params) {
     std::vector<RowSampling> sp;
     for (size_t i = 0; i < rows.size(); ++i) sp.push_back({p.temperature, p.seed, int64_t(i) + 1});

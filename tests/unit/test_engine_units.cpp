@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "engine/sampler.h"
@@ -21,7 +21,8 @@ std::vector<float> random_logits(uint32_t seed, int n) {
 TEST(Sampler, SameSeedAndPositionGiveTheSameToken) {
   auto l = random_logits(1, 5000);
   SamplingParams p{1.0, 0, 1.0, 0.0, 42};
-  for (int64_t pos : {0, 1, 77, 4095}) EXPECT_EQ(sample_token(l.data(), 5000, p, pos), sample_token(l.data(), 5000, p, pos));
+  for (int64_t pos : {0, 1, 77, 4095})
+    EXPECT_EQ(sample_token(l.data(), 5000, p, pos), sample_token(l.data(), 5000, p, pos));
   int differ = 0;
   for (int64_t pos = 0; pos < 50; ++pos) {
     SamplingParams q = p;
@@ -51,7 +52,8 @@ TEST(Sampler, GumbelMaxFollowsTheSoftmax) {
   std::vector<float> l = {0.0f, 1.0f, 2.0f};
   std::vector<int> count(3);
   const int n = 30000;
-  for (int pos = 0; pos < n; ++pos) count[size_t(sample_token(l.data(), 3, SamplingParams{1.0, 0, 1.0, 0.0, 9}, pos))]++;
+  for (int pos = 0; pos < n; ++pos)
+    count[size_t(sample_token(l.data(), 3, SamplingParams{1.0, 0, 1.0, 0.0, 9}, pos))]++;
   double z = 1 + std::exp(1.0) + std::exp(2.0);
   for (int i = 0; i < 3; ++i) {
     double p = std::exp(double(i)) / z, sd = std::sqrt(n * p * (1 - p));
@@ -126,8 +128,11 @@ RowCandidates candidates_of(const std::vector<float>& l, const SamplingParams& p
 
 TEST(Sampler, CandidatesSampleAsTheFullRow) {
   auto l = random_logits(91, 5000);
-  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1}, {0.8, 0, 1.0, 0.0, 7}, {1.3, 40, 0.9, 0.0, 9},
-                                              {1.0, 256, 1.0, 0.05, 13}, {0.6, 5, 1.0, 0.0, 21}};
+  const std::vector<SamplingParams> params = {{0.0, 0, 1.0, 0.0, 1},
+                                              {0.8, 0, 1.0, 0.0, 7},
+                                              {1.3, 40, 0.9, 0.0, 9},
+                                              {1.0, 256, 1.0, 0.05, 13},
+                                              {0.6, 5, 1.0, 0.0, 21}};
   for (const auto& p : params)
     for (int64_t pos = 0; pos < 200; ++pos) {
       const RowCandidates c = candidates_of(l, p.temperature > 0 ? p : SamplingParams{1.0, 0, 1.0, 0.0, 1}, pos);

@@ -29,8 +29,9 @@ TEST(ModelRows, BatchedRowsEqualSoloRowsBitForBit) {
   if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not present: " << model_path();
   ThreadPool pool(2);
   LoadedModel m = load_model(model_path(), pool);
-  EXPECT_EQ(batched_rows_differ(*m.model, {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}}),
-            "");
+  EXPECT_EQ(
+      batched_rows_differ(*m.model, {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}}),
+      "");
 }
 
 }  // namespace

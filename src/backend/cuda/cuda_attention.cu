@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
 
 namespace tf::cuda {
@@ -20,13 +20,11 @@ __device__ __forceinline__ const float* kv_at(const PagedKv& kv, int seq, int64_
          (j % kv.page_size) * kv.kv_row;
 }
 
-// One block per (row, head). Scores: each key's dot product is one warp's lanes over the head dimension and a fixed
-// shuffle tree, so which warp takes a key never matters. Softmax sum: thread t sums keys t, t+256, ... then a fixed
-// tree. Output: warp w sums keys w, w+8, ... in order, and the eight partials are added in warp order. Every order
-// depends on absolute key positions only, never on the other rows.
-__global__ void __launch_bounds__(kThreads) attention_kernel(const float* q, const int32_t* pos, const int32_t* row_seq,
-                                                             PagedKv kv, int64_t n_head, int64_t n_kv_head, int hd,
-                                                             float scale, float* out) {
+// One block per (row, head): warps split keys by absolute position and partials add in warp order, so no row's bits
+// depend on the other rows.
+__global__ void __launch_bounds__(kThreads)
+    attention_kernel(const float* q, const int32_t* pos, const int32_t* row_seq, PagedKv kv, int64_t n_head,
+                     int64_t n_kv_head, int hd, float scale, float* out) {
   extern __shared__ float scores[];
   __shared__ double red[kThreads];
   __shared__ float part[kWarps][kMaxHeadDim];
@@ -100,7 +98,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const float* q, con
 
 void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
                int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out) {
-  if (head_dim % 32 != 0 || head_dim > kMaxHeadDim) throw std::runtime_error("attention: head size must be a multiple of 32 up to 256");
+  if (head_dim % 32 != 0 || head_dim > kMaxHeadDim)
+    throw std::runtime_error("attention: head size must be a multiple of 32 up to 256");
   upload_control();
   const size_t shared = size_t(max_keys + 1) * sizeof(float);
   static size_t granted = 48 * 1024;
@@ -108,8 +107,8 @@ void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     granted = shared;
   }
-  attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared, launch_stream()>>>(q, pos, row_seq, kv, n_head, n_kv_head, int(head_dim),
-                                                                     scale, out);
+  attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared, launch_stream()>>>(
+      q, pos, row_seq, kv, n_head, n_kv_head, int(head_dim), scale, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
 }

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_stream.cuh"
@@ -43,7 +43,9 @@ void copy_to_host_async(void* dst, const void* src, size_t n) {
 }
 void stream_sync() { check(cudaStreamSynchronize(launch_stream()), "stream synchronize"); }
 
-void capture_begin() { check(cudaStreamBeginCapture(launch_stream(), cudaStreamCaptureModeThreadLocal), "begin capture"); }
+void capture_begin() {
+  check(cudaStreamBeginCapture(launch_stream(), cudaStreamCaptureModeThreadLocal), "begin capture");
+}
 
 void* capture_end() {
   cudaGraph_t g = nullptr;
@@ -55,7 +57,9 @@ void* capture_end() {
   return exec;
 }
 
-void graph_launch(void* graph) { check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), launch_stream()), "graph launch"); }
+void graph_launch(void* graph) {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), launch_stream()), "graph launch");
+}
 void graph_destroy(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)); }
 
 void* event_record_now() {

@@ -36,14 +36,23 @@ struct Split {
 };
 Split split_of(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return {32, 8, 0, 128, 0, 0};
-    case GgmlType::F16: case GgmlType::BF16: return {32, 4, 0, 64, 0, 0};
-    case GgmlType::Q8_0: return {32, 2, 2, 34, 2, 0};
-    case GgmlType::Q4_0: return {32, 1, 2, 18, 2, 0};
-    case GgmlType::Q4_1: return {32, 1, 4, 20, 4, 0};
-    case GgmlType::Q4_K: return {256, 9, 0, 144, 0, 0};
-    case GgmlType::Q6_K: return {256, 13, 2, 210, 0, 208};
-    default: throw std::runtime_error("CUDA weights: unsupported format");
+    case GgmlType::F32:
+      return {32, 8, 0, 128, 0, 0};
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return {32, 4, 0, 64, 0, 0};
+    case GgmlType::Q8_0:
+      return {32, 2, 2, 34, 2, 0};
+    case GgmlType::Q4_0:
+      return {32, 1, 2, 18, 2, 0};
+    case GgmlType::Q4_1:
+      return {32, 1, 4, 20, 4, 0};
+    case GgmlType::Q4_K:
+      return {256, 9, 0, 144, 0, 0};
+    case GgmlType::Q6_K:
+      return {256, 13, 2, 210, 0, 208};
+    default:
+      throw std::runtime_error("CUDA weights: unsupported format");
   }
 }
 
@@ -68,7 +77,8 @@ bool gemv_supports(GgmlType t) {
     TF_FOR_EACH_FORMAT(X)
 #undef X
     return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -104,14 +114,16 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
         for (int64_t u = 0; u < units; ++u) {
           const uint8_t* blk = src + o * row_bytes + u * sp.block_bytes;
           for (int64_t c = 0; c < sp.chunks; ++c)
-            std::memcpy(qb.data() + t * tile_q + ((u * sp.chunks + c) * 32 + l) * 16, blk + sp.payload_offset + 16 * c, 16);
+            std::memcpy(qb.data() + t * tile_q + ((u * sp.chunks + c) * 32 + l) * 16, blk + sp.payload_offset + 16 * c,
+                        16);
           if (sp.s_bytes)
             std::memcpy(sb.data() + t * tile_s + (u * 32 + l) * sp.s_bytes, blk + sp.s_offset, size_t(sp.s_bytes));
         }
       }
     check(cudaMemcpy(d + t0 * tile_q, qb.data(), qb.size(), cudaMemcpyHostToDevice), "weight upload");
     if (sp.s_bytes)
-      check(cudaMemcpy(const_cast<uint8_t*>(m.s) + t0 * tile_s, sb.data(), sb.size(), cudaMemcpyHostToDevice), "scale upload");
+      check(cudaMemcpy(const_cast<uint8_t*>(m.s) + t0 * tile_s, sb.data(), sb.size(), cudaMemcpyHostToDevice),
+            "scale upload");
   }
   return m;
 }
@@ -123,15 +135,18 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y) {
     throw std::runtime_error("gemv: misaligned weights or activations");
   if (n_rows == 0) return;
   const int ctl = active_control();
-  if (!weight_kernels_float(w, x, n_rows, y, nullptr, nullptr, ctl)) weight_kernels_quant(w, x, n_rows, y, nullptr, nullptr, ctl);
+  if (!weight_kernels_float(w, x, n_rows, y, nullptr, nullptr, ctl))
+    weight_kernels_quant(w, x, n_rows, y, nullptr, nullptr, ctl);
   check(cudaGetLastError(), "gemv launch");
 }
 
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out) {
-  if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0) throw std::runtime_error("embedding: unsupported format");
+  if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
+    throw std::runtime_error("embedding: unsupported format");
   if (n_rows == 0) return;
   const int ctl = active_control();
-  if (!weight_kernels_float(w, nullptr, n_rows, nullptr, ids, out, ctl)) weight_kernels_quant(w, nullptr, n_rows, nullptr, ids, out, ctl);
+  if (!weight_kernels_float(w, nullptr, n_rows, nullptr, ids, out, ctl))
+    weight_kernels_quant(w, nullptr, n_rows, nullptr, ids, out, ctl);
   check(cudaGetLastError(), "embedding launch");
 }
 
@@ -141,8 +156,12 @@ void* device_alloc(size_t bytes) {
   return p;
 }
 void device_free(void* p) { check(cudaFree(p), "cudaFree"); }
-void copy_to_device(void* dst, const void* src, size_t n) { check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy to device"); }
-void copy_to_host(void* dst, const void* src, size_t n) { check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host"); }
+void copy_to_device(void* dst, const void* src, size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy to device");
+}
+void copy_to_host(void* dst, const void* src, size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host");
+}
 void synchronize() { check(cudaDeviceSynchronize(), "synchronize"); }
 
 cudaStream_t launch_stream() {

@@ -11,10 +11,8 @@ int device_count();  // 0 without a driver or a device
 bool gemv_supports(GgmlType type);
 int64_t gemv_block_elems(GgmlType type);  // rows must be whole blocks of this many elements
 
-// A weight matrix in device memory, rearranged losslessly: columns (output features) in tiles of 32, each block
-// (unit) of a column split into 16-byte payload chunks (q) and its f16 scales (s); chunk c of unit u of a tile's 32
-// columns is one 512-byte line. The decode arithmetic is the codec's own. `slices` (warps splitting the units of a
-// column) depends on the shape only, never on the rows of a call.
+// Weights on the device, losslessly tiled so a warp reads whole 512-byte lines: 32 columns per tile, each block split
+// into 16-byte payload chunks (q) and scales (s); `slices` (warps per column) depends on the shape only.
 struct DeviceMatrix {
   GgmlType type = GgmlType::F32;
   const uint8_t* q = nullptr;

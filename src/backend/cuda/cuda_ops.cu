@@ -40,7 +40,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   if (i >= n) return;
   const float gi = g[i];
   float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
-  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));  // planted: sigmoid sign slip
+  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));                 // planted: sigmoid sign slip
   const float up = (TF_DCTL(122) && i + 1 < n) ? u[i + 1] : u[i];  // planted: reads the neighbour's up value
   out[i] = __fmul_rn(silu, up);
 }
@@ -142,8 +142,8 @@ void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t
           const float* cos, const float* sin, bool neox) {
   upload_control();
   const int64_t half = n_rot / 2, pairs = n_heads * half;
-  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(x, row_stride, n_heads, head_dim, half,
-                                                                              cos, sin, neox);
+  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
+      x, row_stride, n_heads, head_dim, half, cos, sin, neox);
   check_launch("rope");
 }
 

@@ -68,8 +68,8 @@ __device__ double block_sum(double x, double* sh) {
   return r;
 }
 
-__global__ void __launch_bounds__(kT) candidates_kernel(const float* logits, int64_t V, const SampleRow* params,
-                                                        RowCandidatesDev* out) {
+__global__ void __launch_bounds__(kT)
+    candidates_kernel(const float* logits, int64_t V, const SampleRow* params, RowCandidatesDev* out) {
   __shared__ Best sb[kT];
   __shared__ double sd[kT];
   __shared__ uint32_t hist[256];
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kT) candidates_kernel(const float* logits, int
   }
   g = block_best(g, sb);
   double s = 0;
-  for (int64_t v = threadIdx.x; v < V; v += kT) s += TF_DCTL(161) ? double(expf(l[v] - float(g.v))) : exp(double(l[v]) - g.v);  // planted: float exp
+  for (int64_t v = threadIdx.x; v < V; v += kT)
+    s += TF_DCTL(161) ? double(expf(l[v] - float(g.v))) : exp(double(l[v]) - g.v);  // planted: float exp
   const double lse = g.v + log(block_sum(s, sd));
   Best gb{-INFINITY, -INFINITY, INT32_MAX};
   double max_t = 0, sum_t = 0;

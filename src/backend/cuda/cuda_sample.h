@@ -10,17 +10,17 @@ constexpr int kCandidates = 256;
 struct SampleRow {         // host-packed, one per logits row
   double temperature = 0;  // <= 0: greedy only
   uint64_t seed = 0;
-  int64_t pos = 0;         // absolute position of the token being drawn
+  int64_t pos = 0;  // absolute position of the token being drawn
 };
 
 struct RowCandidatesDev {
-  int32_t greedy = 0;        // argmax, lowest id on ties
-  int32_t gumbel = 0;        // argmax of logit/T + gumbel(seed, pos, v) over the whole vocabulary
+  int32_t greedy = 0;  // argmax, lowest id on ties
+  int32_t gumbel = 0;  // argmax of logit/T + gumbel(seed, pos, v) over the whole vocabulary
   float gumbel_logit = 0;
-  int32_t n = 0;             // candidates written (min(kCandidates, n_vocab))
-  double lse = 0;            // log-sum-exp of the logits (temperature 1), for logprobs
+  int32_t n = 0;                // candidates written (min(kCandidates, n_vocab))
+  double lse = 0;               // log-sum-exp of the logits (temperature 1), for logprobs
   double max_t = 0, sum_t = 0;  // max of logit/T and sum of exp(logit/T - max_t) over the vocabulary
-  float logit[kCandidates];  // the kCandidates largest (logit desc, id asc), in no particular order
+  float logit[kCandidates];     // the kCandidates largest (logit desc, id asc), in no particular order
   int32_t id[kCandidates];
 };
 

@@ -6,10 +6,8 @@
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_stream.cuh"
 
-// Weight kernels over the tiled device layout (see cuda_gemv.h): a unit (block or super-block) of one column is kC
-// 16-byte chunks; chunk c of unit u for the 32 columns of a tile sits in one 512-byte line, so a warp (one lane per
-// column) loads whole lines. Elements decode in the codec's operation order (products and sums rounded separately);
-// element e of element chunk k multiplies input column unit_base + x_off(k, e), in runs of four.
+// Weight kernels over the tiled layout of cuda_gemv.h: a unit (block) is kC chunks; element e of element chunk k is
+// decoded with the codec's own roundings and multiplies input column unit_base + x_off(k, e), in runs of four.
 namespace tf::cuda {
 
 #if defined(TF_CTL) && TF_CTL
@@ -32,7 +30,9 @@ __device__ __forceinline__ uint32_t byte_of(const uint4& u, int i) {
 __device__ __forceinline__ float byte_float(uint32_t word, int k, float bias) {
   return __fsub_rn(__uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | unsigned(k))), 8388608.0f + bias);
 }
-__device__ __forceinline__ uint32_t word_of(const uint4& u, int i) { return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w; }
+__device__ __forceinline__ uint32_t word_of(const uint4& u, int i) {
+  return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
 
 struct NoScale {};
 
@@ -46,7 +46,8 @@ struct Fmt<int(GgmlType::F32)> {
   static __device__ Scale scale(const uint8_t*) { return {}; }
   static __device__ int x_off(int k, int e) { return 4 * k + e; }
   static __device__ void decode(const uint4* c, Scale, int k, float* v) {
-    v[0] = __uint_as_float(c[k].x), v[1] = __uint_as_float(c[k].y), v[2] = __uint_as_float(c[k].z), v[3] = __uint_as_float(c[k].w);
+    v[0] = __uint_as_float(c[k].x), v[1] = __uint_as_float(c[k].y), v[2] = __uint_as_float(c[k].z),
+    v[3] = __uint_as_float(c[k].w);
   }
 };
 
@@ -192,12 +193,11 @@ struct Fmt<int(GgmlType::Q6_K)> {
   }
 };
 
-// One block per 32-column tile, one warp per slice of units (u = slice, slice + S, ...), one lane per column. Each
-// row keeps two running sums (even and odd elements of a chunk), added at the end; slices are then added in slice
-// order. R rows share the decoded weights; no row's arithmetic depends on R or on the other rows.
+// A block per tile, a warp per slice of units, a lane per column, two running sums per row, slices added in order: R
+// rows share the decoded weights, and no row's arithmetic depends on R or on the other rows.
 template <int kType, int R>
-__global__ void __launch_bounds__(512) gemv_kernel(DeviceMatrix w, const float* __restrict__ x, float* __restrict__ y,
-                                                   int ctl) {
+__global__ void __launch_bounds__(512)
+    gemv_kernel(DeviceMatrix w, const float* __restrict__ x, float* __restrict__ y, int ctl) {
   using F = Fmt<kType>;
   extern __shared__ float part[];  // [S][R][32]
   const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5, S = blockDim.x >> 5;
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(512) gemv_kernel(DeviceMatrix w, const float* 
   float acc[R][2];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = 0.0f;
-  // Small units unrolled so the next units' loads are in flight while this one is decoded.
+    // Small units unrolled so the next units' loads are in flight while this one is decoded.
 #pragma unroll(F::kC <= 2 ? 4 : 1)
   for (int64_t u = slice; u < w.units; u += S) {
     uint4 c[F::kC];
@@ -278,8 +278,8 @@ void launch_weight_kernels(const DeviceMatrix& w, const float* x, int64_t n_rows
                            float* emb_out, int ctl) {
   if (ids) {
     const int64_t tasks = w.units * Fmt<kType>::kElemChunks;
-    embedding_kernel<kType><<<dim3(unsigned((tasks + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
-        w, ids, emb_out, ctl);
+    embedding_kernel<kType>
+        <<<dim3(unsigned((tasks + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(w, ids, emb_out, ctl);
     return;
   }
   const unsigned tiles = unsigned((w.n_out + 31) / 32), threads = unsigned(32 * w.slices);

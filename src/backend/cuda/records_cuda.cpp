@@ -4,38 +4,86 @@ namespace tf {
 namespace {
 
 std::vector<KernelRecord> make_records() {
-  const char* shapes = "n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
+  const char* shapes =
+      "n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
   const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row";
-  const char* bound = "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices added in order)";
+  const char* bound =
+      "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices "
+      "added in order)";
   std::vector<KernelRecord> r;
   for (const char* f : {"f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "q4_k", "q6_k"})
-    r.push_back({std::string("gemv.") + f, "cuda", {f}, shapes, sweep, bound,
+    r.push_back({std::string("gemv.") + f,
+                 "cuda",
+                 {f},
+                 shapes,
+                 sweep,
+                 bound,
                  {{101, "non-finite activation read as 0"}, {102, "row reads its neighbour's activations"}}});
-  r.push_back({"rmsnorm", "cuda", {"f32"}, "any n, one block per row", "n 576, 4096, 64; rows 1,3,7",
-               "|y - y64| <= 4 * 2^-24 * |y64| + 2^-126", {{111, "sum of squares lost"}, {112, "write past the end"}}});
-  r.push_back({"swiglu", "cuda", {"f32"}, "any n", "n 14336, 7; |gate| up to 30",
-               "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140", {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
-  r.push_back({"rope", "cuda", {"f32"}, "even n_rot <= head_dim, NORM and NEOX", "head_dim 128, n_rot 128 and 64, positions to 8191",
-               "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)", {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
-  r.push_back({"attention", "cuda", {"f32"}, "paged KV, GQA, causal over [0, pos], head_dim a multiple of 32 up to 256, keys <= 48K",
+  r.push_back({"rmsnorm",
+               "cuda",
+               {"f32"},
+               "any n, one block per row",
+               "n 576, 4096, 64; rows 1,3,7",
+               "|y - y64| <= 4 * 2^-24 * |y64| + 2^-126",
+               {{111, "sum of squares lost"}, {112, "write past the end"}}});
+  r.push_back({"swiglu",
+               "cuda",
+               {"f32"},
+               "any n",
+               "n 14336, 7; |gate| up to 30",
+               "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140",
+               {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
+  r.push_back({"rope",
+               "cuda",
+               {"f32"},
+               "even n_rot <= head_dim, NORM and NEOX",
+               "head_dim 128, n_rot 128 and 64, positions to 8191",
+               "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)",
+               {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
+  r.push_back({"attention",
+               "cuda",
+               {"f32"},
+               "paged KV, GQA, causal over [0, pos], head_dim a multiple of 32 up to 256, keys <= 48K",
                "head_dim 64 and 128, 9/3 and 32/8 heads, keys 1..2000, rows at mixed positions of two sequences",
                "|o - o64| <= 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8)",
                {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
-    r.push_back({std::string("embedding.") + f, "cuda", {f}, "n_embd a whole number of blocks; any rows",
-                 "512 x 300 tokens; rows 1,2,3,7,16,64; the second-last token", "bit-equal to the codec's exact decode",
+    r.push_back({std::string("embedding.") + f,
+                 "cuda",
+                 {f},
+                 "n_embd a whole number of blocks; any rows",
+                 "512 x 300 tokens; rows 1,2,3,7,16,64; the second-last token",
+                 "bit-equal to the codec's exact decode",
                  {{151, "reads the next token's row"}, {152, "an element lost"}}});
-  r.push_back({"kv_store", "cuda", {"f32"}, "paged KV, any rows of any sequences", "kv_row 96, pages of 8, scrambled page table; rows 1,3,7",
+  r.push_back({"kv_store",
+               "cuda",
+               {"f32"},
+               "paged KV, any rows of any sequences",
+               "kv_row 96, pages of 8, scrambled page table; rows 1,3,7",
                "bit-exact copy to (page_table[seq][pos/P], pos%P), nothing else written",
                {{171, "written one slot late"}, {172, "K stored as V"}}});
-  r.push_back({"residual_add", "cuda", {"f32"}, "any n", "n 576; rows 1,3,7", "bit-equal to (x + b) + y, each sum rounded once",
+  r.push_back({"residual_add",
+               "cuda",
+               {"f32"},
+               "any n",
+               "n 576; rows 1,3,7",
+               "bit-equal to (x + b) + y, each sum rounded once",
                {{191, "the neighbouring column's bias"}, {192, "the residual term lost"}}});
-  r.push_back({"gather_rows", "cuda", {"f32"}, "any n, any index list", "n 320; 1, 3, 7 rows of 9", "bit-exact row copies",
+  r.push_back({"gather_rows",
+               "cuda",
+               {"f32"},
+               "any n, any index list",
+               "n 320; 1, 3, 7 rows of 9",
+               "bit-exact row copies",
                {{181, "reads the next row"}}});
-  r.push_back({"sample_candidates", "cuda", {"f32"}, "any vocabulary; 256 candidates per row, one block per row",
-               "V 49152, 1000, 100; 7 rows incl. ties across the cut and a tied maximum; each row alone",
-               "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1)",
-               {{161, "lse summed from float exps"}, {162, "ties go to the higher id"}, {163, "ties taken past the cut"}}});
+  r.push_back(
+      {"sample_candidates",
+       "cuda",
+       {"f32"},
+       "any vocabulary; 256 candidates per row, one block per row",
+       "V 49152, 1000, 100; 7 rows incl. ties across the cut and a tied maximum; each row alone",
+       "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1)",
+       {{161, "lse summed from float exps"}, {162, "ties go to the higher id"}, {163, "ties taken past the cut"}}});
   return r;
 }
 

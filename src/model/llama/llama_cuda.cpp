@@ -33,8 +33,10 @@ std::string matrix_refusal(const GgufFile& f, const std::string& name, int64_t n
   if (t->ne.size() != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
     return fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", name, fmt::join(t->ne, ", "), n_in, n_out);
   if (!cuda::gemv_supports(t->type))
-    return fmt::format("tensor '{}' has format {}, which the CUDA backend cannot read (it reads F32, F16, BF16, Q4_0, "
-                       "Q4_1, Q8_0, Q4_K, Q6_K)", name, ggml_type_name(t->type));
+    return fmt::format(
+        "tensor '{}' has format {}, which the CUDA backend cannot read (it reads F32, F16, BF16, Q4_0, "
+        "Q4_1, Q8_0, Q4_K, Q6_K)",
+        name, ggml_type_name(t->type));
   if (n_in % cuda::gemv_block_elems(t->type) != 0)
     return fmt::format("tensor '{}': rows of {} are not whole {} blocks", name, n_in, ggml_type_name(t->type));
   return {};
@@ -118,8 +120,8 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
     } else {
       tmp.resize(size_t(it.n_in));
       if (t->n_elements() != it.n_in || !quant::dequantize(t->type, t->data, tmp.data(), it.n_in))
-        fail("{}: tensor '{}' has {} elements of {}, expected {} decodable values", f.path(), it.name,
-             t->n_elements(), ggml_type_name(t->type), it.n_in);
+        fail("{}: tensor '{}' has {} elements of {}, expected {} decodable values", f.path(), it.name, t->n_elements(),
+             ggml_type_name(t->type), it.n_in);
       cuda::copy_to_device(base + it.offset, tmp.data(), it.bytes);
     }
     by_name[it.name] = &it;
@@ -167,9 +169,10 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   cuda::DeviceInfo dev = cuda::device_info(0);
   if (bytes + (size_t(1) << 28) > dev.free_bytes)
-    fail("the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
-         "--parallel, --context or --prompt-cache-gib", n_pages, page_size, double(bytes) / double(1ull << 30),
-         double(dev.free_bytes) / double(1ull << 30));
+    fail(
+        "the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
+        "--parallel, --context or --prompt-cache-gib",
+        n_pages, page_size, double(bytes) / double(1ull << 30), double(dev.free_bytes) / double(1ull << 30));
   drop_graphs();  // graphs hold the old pool's address
   if (kv_) cuda::device_free(kv_);
   kv_ = static_cast<float*>(cuda::device_alloc(bytes));
@@ -184,8 +187,8 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   cap_table_ = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
   const auto& c = cfg_;
   const int64_t R = cap_rows_, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
-  const int64_t sizes[] = {R * E, R * std::max(E, F), R * Dq, R * kv_row_, R * kv_row_, R * Dq, R * E, R * F, R * F,
-                           R * c.n_vocab};
+  const int64_t sizes[] = {R * E, R * std::max(E, F), R * Dq, R * kv_row_, R * kv_row_, R * Dq, R * E, R * F,
+                           R * F, R * c.n_vocab};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));

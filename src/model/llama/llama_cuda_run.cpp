@@ -23,7 +23,9 @@ struct Layout {
   int64_t n, width, half;
   size_t ints_bytes() const { return align_up(size_t(4 * n + n * width) * 4); }
   size_t floats_bytes() const { return align_up(size_t(2 * n * half) * 4); }
-  size_t total(bool sample) const { return ints_bytes() + floats_bytes() + (sample ? size_t(n) * sizeof(cuda::SampleRow) : 0); }
+  size_t total(bool sample) const {
+    return ints_bytes() + floats_bytes() + (sample ? size_t(n) * sizeof(cuda::SampleRow) : 0);
+  }
   int32_t* ids(void* b) const { return static_cast<int32_t*>(b); }
   int32_t* pos(void* b) const { return ids(b) + n; }
   int32_t* row_seq(void* b) const { return ids(b) + 2 * n; }
@@ -35,7 +37,6 @@ struct Layout {
     return reinterpret_cast<cuda::SampleRow*>(static_cast<char*>(b) + ints_bytes() + floats_bytes());
   }
 };
-
 
 }  // namespace
 
@@ -67,7 +68,8 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     if (b.pages != prev) {
       prev = b.pages;
       ++seq;
-      for (size_t i = 0; i < b.pages->size() && int64_t(i) < width; ++i) L.table(h)[seq * width + int64_t(i)] = (*b.pages)[i];
+      for (size_t i = 0; i < b.pages->size() && int64_t(i) < width; ++i)
+        L.table(h)[seq * width + int64_t(i)] = (*b.pages)[i];
     }
     L.ids(h)[r] = b.token;
     L.pos(h)[r] = b.pos;
@@ -126,8 +128,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
   cuda::rmsnorm(h_, output_norm_, m, E, c.rms_eps, o_);
   cuda::gemv(output_, o_, m, logits_);
-  if (sample)
-    cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_));
+  if (sample) cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_));
 }
 
 void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,

@@ -96,8 +96,8 @@ void LlamaModel::bind_kv(int64_t n_pages, int64_t page_size) {
 
 float* LlamaModel::kv_row_ptr(int32_t page, int64_t layer, bool value, int64_t slot) const {
   TF_CHECK(page >= 0 && page < kv_pages_, "KV page {} outside the pool of {}", page, kv_pages_);
-  return kv_base_ + int64_t(page) * page_size_ * kv_floats_per_token() + (2 * layer + (value ? 1 : 0)) * page_size_ * kv_row_ +
-         slot * kv_row_;
+  return kv_base_ + int64_t(page) * page_size_ * kv_floats_per_token() +
+         (2 * layer + (value ? 1 : 0)) * page_size_ * kv_row_ + slot * kv_row_;
 }
 
 void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const std::vector<BatchRow>& rows) {
@@ -165,7 +165,8 @@ void LlamaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
     ids[r] = b.token;
     pos_[r] = b.pos;
     cpu::rope_angles(b.pos, c.n_rot, c.rope_freq_base, c.rope_freq_scale,
-                     rope_freqs_.empty() ? nullptr : rope_freqs_.data(), cos_.data() + r * half, sin_.data() + r * half);
+                     rope_freqs_.empty() ? nullptr : rope_freqs_.data(), cos_.data() + r * half,
+                     sin_.data() + r * half);
   }
   cpu::embedding(tok_embd_, ids.data(), n, x_.data());
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -187,16 +188,17 @@ void LlamaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
 }
 
 namespace {
-const bool kRegistered = register_family(FamilyEntry{
-    "llama",
-    {"llama", "qwen2"},
-    [](std::shared_ptr<const GgufFile> f, ThreadPool& pool) -> std::unique_ptr<Model> {
-      return std::make_unique<LlamaModel>(std::move(f), pool);
-    },
-    [](const GgufFile& f) { return llama_inspect(f); },
+const bool kRegistered = register_family(FamilyEntry {
+  "llama", {"llama", "qwen2"},
+      [](std::shared_ptr<const GgufFile> f, ThreadPool& pool) -> std::unique_ptr<Model> {
+        return std::make_unique<LlamaModel>(std::move(f), pool);
+      },
+      [](const GgufFile& f) { return llama_inspect(f); },
 #if TF_HAVE_CUDA
-    [](std::shared_ptr<const GgufFile> f) -> std::unique_ptr<Model> { return std::make_unique<LlamaCudaModel>(std::move(f)); },
-    [](const GgufFile& f) { return llama_cuda_refusal(f); },
+      [](std::shared_ptr<const GgufFile> f) -> std::unique_ptr<Model> {
+        return std::make_unique<LlamaCudaModel>(std::move(f));
+      },
+      [](const GgufFile& f) { return llama_cuda_refusal(f); },
 #else
     {},
     {},

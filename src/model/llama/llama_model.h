@@ -10,10 +10,10 @@
 namespace tf {
 
 struct LlamaLayer {
-  std::vector<float> attn_norm, ffn_norm;    // [n_embd]
-  std::vector<float> bq, bk, bv, bo;         // optional biases, empty when absent
-  cpu::WeightView wq, wk, wv, wo;            // [n_head*d_k, n_embd], [n_kv*d_k, n_embd] x2, [n_embd, n_head*d_k]
-  cpu::WeightView gate, up, down;            // [n_ff, n_embd] x2, [n_embd, n_ff]
+  std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+  std::vector<float> bq, bk, bv, bo;       // optional biases, empty when absent
+  cpu::WeightView wq, wk, wv, wo;          // [n_head*d_k, n_embd], [n_kv*d_k, n_embd] x2, [n_embd, n_head*d_k]
+  cpu::WeightView gate, up, down;          // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
 
 class LlamaModel : public Model {
