@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build ccache pkg-config python3-venv
   libutf8proc-dev libssl-dev libcli11-dev libfmt-dev libspdlog-dev libhwy-dev libcpp-httplib-dev libgtest-dev \
   prometheus-cpp-dev
 
-.PHONY: run test test-asan gpu-test deps apt venv build model bench clean
+.PHONY: run test cuda-check test-asan gpu-test gpu-bench deps apt venv build model bench clean
 
 run: deps build model
 	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT) --name SmolLM2-135M-Instruct
@@ -22,6 +22,16 @@ run: deps build model
 test: deps build model
 	cd $(BUILD) && ctest --output-on-failure -L "unit|contract" -j $(JOBS)
 	TF_BIN=$(abspath $(BIN)) TF_MODEL=$(abspath $(MODEL)) $(PY) -m pytest -q tests/e2e
+	$(MAKE) --no-print-directory cuda-check
+
+# Compiles the CUDA backend where a CUDA toolkit is installed (about a minute: the CPU objects come from ccache) and
+# runs its tests, which skip without a GPU; a machine without nvcc skips the check with a note.
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+cuda-check:
+	@if [ -n "$(NVCC)" ]; then \
+	  cmake --preset cuda-release -DCMAKE_CUDA_COMPILER=$(NVCC) >/dev/null && cmake --build build/cuda-release -j $(JOBS) && \
+	  cd build/cuda-release && ctest --output-on-failure -L cuda; \
+	else echo "cuda-check: no CUDA toolkit here, the CUDA backend was not compiled"; fi
 
 deps: apt venv
 
@@ -63,3 +73,7 @@ test-asan: deps model
 # On the GPU machine (with .gpu-deps carried, see tools/gpu/fetch_deps.sh): build cuda-release, ctest -L cuda, benchmarks.
 gpu-test:
 	bash tools/gpu/gpu_test.sh $(or $(LOGS),gpu-logs)
+
+# On the GPU machine after gpu-test: tensorfold bench --backend cuda on $(TF_MODEL) and the generated 8B mixes.
+gpu-bench:
+	STREAMS=1,8,32,128 bash tools/gpu/gpu_bench.sh $(or $(LOGS),gpu-logs)
