@@ -2,7 +2,11 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-PRESET ?= cpu-release
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+HAVE_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
+# With a CUDA toolkit and a GPU the main build is the CUDA one (serve picks the GPU through --backend auto).
+PRESET ?= $(if $(and $(NVCC),$(HAVE_GPU)),cuda-release,cpu-release)
+CUDA_FLAG := $(if $(NVCC),-DCMAKE_CUDA_COMPILER=$(NVCC))
 BUILD := build/$(PRESET)
 BIN := $(BUILD)/tensorfold
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -26,10 +30,9 @@ test: deps build model
 
 # Compiles the CUDA backend where a CUDA toolkit is installed (about a minute: the CPU objects come from ccache) and
 # runs its tests, which skip without a GPU; a machine without nvcc skips the check with a note.
-NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 cuda-check:
 	@if [ -n "$(NVCC)" ]; then \
-	  cmake --preset cuda-release -DCMAKE_CUDA_COMPILER=$(NVCC) >/dev/null && cmake --build build/cuda-release -j $(JOBS) && \
+	  cmake --preset cuda-release $(CUDA_FLAG) >/dev/null && cmake --build build/cuda-release -j $(JOBS) && \
 	  cd build/cuda-release && ctest --output-on-failure -L cuda; \
 	else echo "cuda-check: no CUDA toolkit here, the CUDA backend was not compiled"; fi
 
@@ -48,7 +51,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 build:
-	cmake --preset $(PRESET) >/dev/null
+	cmake --preset $(PRESET) $(if $(filter cuda-release,$(PRESET)),$(CUDA_FLAG)) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 model: $(MODEL)
