@@ -113,16 +113,17 @@ TEST(Sampler, OnePassEqualsSortedPath) {
 RowCandidates candidates_of(const std::vector<float>& l, const SamplingParams& p, int64_t pos) {
   const int64_t V = int64_t(l.size());
   RowCandidates c;
-  c.greedy = sample_token(l.data(), V, SamplingParams{}, pos);
-  c.gumbel = sample_token(l.data(), V, SamplingParams{p.temperature, 0, 1.0, 0.0, p.seed}, pos);
-  c.gumbel_logit = l[size_t(c.gumbel)];
-  double mx = l[size_t(c.greedy)], s1 = 0, st = 0;
-  for (float x : l) s1 += std::exp(double(x) - mx), st += std::exp(double(x) / p.temperature - mx / p.temperature);
-  c.lse = mx + std::log(s1), c.max_t = mx / p.temperature, c.sum_t = st;
   std::vector<int32_t> ids(l.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
   std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
   for (size_t i = 0; i < 256; ++i) c.top.push_back({l[size_t(ids[i])], ids[i]});
+  c.greedy = ids[0];
+  // The device's whole-vocabulary draw, here by the sorted path (top_k = V), not the one-pass path under test.
+  c.gumbel = sample_token(l.data(), V, SamplingParams{p.temperature, V, 1.0, 0.0, p.seed}, pos);
+  c.gumbel_logit = l[size_t(c.gumbel)];
+  double mx = l[size_t(c.greedy)], s1 = 0, st = 0;
+  for (float x : l) s1 += std::exp(double(x) - mx), st += std::exp(double(x) / p.temperature - mx / p.temperature);
+  c.lse = mx + std::log(s1), c.max_t = mx / p.temperature, c.sum_t = st;
   return c;
 }
 
@@ -132,7 +133,8 @@ TEST(Sampler, CandidatesSampleAsTheFullRow) {
                                               {0.8, 0, 1.0, 0.0, 7},
                                               {1.3, 40, 0.9, 0.0, 9},
                                               {1.0, 256, 1.0, 0.05, 13},
-                                              {0.6, 5, 1.0, 0.0, 21}};
+                                              {0.6, 5, 1.0, 0.0, 21},
+                                              {0.5, 0, 0.9, 0.0, 23}};  // top_p alone: the whole vocabulary's mass
   for (const auto& p : params)
     for (int64_t pos = 0; pos < 200; ++pos) {
       const RowCandidates c = candidates_of(l, p.temperature > 0 ? p : SamplingParams{1.0, 0, 1.0, 0.0, 1}, pos);
