@@ -207,15 +207,20 @@ void Engine::round() {
       logits_.resize(size_t(std::max<int64_t>(1, n_logits) * V));
       model_.forward(rows, logits_.data());
     }
-    auto row_at = [&](int64_t k) {
-      return device ? LogitRow{nullptr, &cands_[size_t(k)]} : LogitRow{logits_.data() + k * V, nullptr};
+    // A device row whose filters reach past its candidates is sampled from its full logits, fetched on demand.
+    auto row_at = [&](int64_t k, const SamplingParams& q) {
+      if (!device) return LogitRow{logits_.data() + k * V, nullptr};
+      if (candidates_suffice(cands_[size_t(k)], q)) return LogitRow{nullptr, &cands_[size_t(k)]};
+      logits_.resize(size_t(V));
+      model_.last_logits_row(k, logits_.data());
+      return LogitRow{logits_.data(), nullptr};
     };
     for (Plan& p : plans) {
       Seq& s = *p.s;
       if (p.prefill) {
         s.n_fed = std::min(s.n_prompt, s.n_fed + opts_.chunk);
         if (p.n_logits) {
-          const LogitRow lr = row_at(p.first_logit);
+          const LogitRow lr = row_at(p.first_logit, s.req.sampling);
           emit(s, sample_row(lr, V, s.req.sampling, s.n_prompt), lr);
         }
         continue;
@@ -225,12 +230,13 @@ void Engine::round() {
       s.n_fed = pos + 1;
       s.result.draft_tokens += int64_t(p.drafts.size());
       for (int64_t i = 0; i < p.n_logits && !s.done; ++i) {
-        const LogitRow lr = row_at(p.first_logit + i);
+        const LogitRow lr = row_at(p.first_logit + i, s.req.sampling);
         int32_t t = sample_row(lr, V, s.req.sampling, pos + 1 + i);
+        // Counted before emit, which may finish the sequence and hand its result away.
+        const bool accepted = i < int64_t(p.drafts.size()) && t == p.drafts[size_t(i)];
+        if (accepted) s.result.accepted_tokens += 1, s.n_fed = pos + 2 + i;
         emit(s, t, lr);
-        if (i >= int64_t(p.drafts.size()) || t != p.drafts[size_t(i)]) break;
-        s.result.accepted_tokens += 1;
-        s.n_fed = pos + 2 + i;
+        if (!accepted) break;
       }
     }
   }

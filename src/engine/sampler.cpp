@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cpu/ops.h"
+#include "base/error.h"
 #include "base/sha256.h"
 
 namespace tf {
@@ -41,15 +42,14 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 namespace {
 
-// The keyed draw among candidates in (logit desc, id asc) order after top-p and min-p; `mass` is the normaliser of
-// their probabilities at the row's temperature relative to the first (0: the candidates' own sum).
-int32_t draw_filtered(const std::vector<int32_t>& ids, const std::vector<double>& scaled, double mass,
-                      const SamplingParams& p, int64_t pos) {
-  size_t keep = ids.size();
+// How many candidates in (logit desc, id asc) order survive top-p and min-p; `mass` is the normaliser of their
+// probabilities at the row's temperature relative to the first (0: the candidates' own sum).
+size_t kept_count(const std::vector<double>& scaled, double mass, const SamplingParams& p) {
+  size_t keep = scaled.size();
   if (p.top_p < 1.0 || p.min_p > 0.0) {
-    std::vector<double> prob(ids.size());
+    std::vector<double> prob(scaled.size());
     double sum = 0;
-    for (size_t i = 0; i < ids.size(); ++i) sum += prob[i] = std::exp(scaled[i] - scaled[0]);
+    for (size_t i = 0; i < scaled.size(); ++i) sum += prob[i] = std::exp(scaled[i] - scaled[0]);
     if (mass > 0) sum = mass;
     for (auto& q : prob) q /= sum;
     if (p.top_p < 1.0) {
@@ -67,6 +67,13 @@ int32_t draw_filtered(const std::vector<int32_t>& ids, const std::vector<double>
       keep = i;
     }
   }
+  return keep;
+}
+
+// The keyed draw among the candidates that survive the filters.
+int32_t draw_filtered(const std::vector<int32_t>& ids, const std::vector<double>& scaled, double mass,
+                      const SamplingParams& p, int64_t pos) {
+  const size_t keep = kept_count(scaled, mass, p);
   size_t best = 0;
   double best_v = -INFINITY;
   for (size_t i = 0; i < keep; ++i) {
@@ -78,16 +85,41 @@ int32_t draw_filtered(const std::vector<int32_t>& ids, const std::vector<double>
 
 }  // namespace
 
+namespace {
+
+struct Filtered {
+  std::vector<int32_t> ids;
+  std::vector<double> scaled;
+  double mass = 0;
+};
+
+Filtered filtered_of(const RowCandidates& c, const SamplingParams& p) {
+  Filtered f;
+  const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.top.size()) : c.top.size();
+  for (size_t i = 0; i < k; ++i) f.ids.push_back(c.top[i].second), f.scaled.push_back(double(c.top[i].first) / p.temperature);
+  // Without top_k the probabilities are over the whole vocabulary, whose mass the device summed.
+  if (p.top_k <= 0 && k > 0) f.mass = c.sum_t * std::exp(c.max_t - f.scaled[0]);
+  return f;
+}
+
+bool unfiltered(const SamplingParams& p) { return p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0; }
+
+}  // namespace
+
+bool candidates_suffice(const RowCandidates& c, const SamplingParams& p) {
+  if (p.temperature <= 0.0 || unfiltered(p) || c.complete) return true;
+  if (p.top_k > 0) return size_t(p.top_k) <= c.top.size();
+  // Without top_k the filters must stop before the last candidate, or tokens beyond the cut could be in the set.
+  const Filtered f = filtered_of(c, p);
+  return kept_count(f.scaled, f.mass, p) < f.ids.size();
+}
+
 int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos) {
   if (p.temperature <= 0.0) return c.greedy;
-  if (p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0) return c.gumbel;
-  const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.top.size()) : c.top.size();
-  std::vector<int32_t> ids(k);
-  std::vector<double> scaled(k);
-  for (size_t i = 0; i < k; ++i) ids[i] = c.top[i].second, scaled[i] = double(c.top[i].first) / p.temperature;
-  // Without top_k the probabilities are over the whole vocabulary, whose mass the device summed.
-  const double mass = p.top_k <= 0 ? c.sum_t * std::exp(c.max_t - scaled[0]) : 0.0;
-  return draw_filtered(ids, scaled, mass, p, pos);
+  if (unfiltered(p)) return c.gumbel;
+  TF_CHECK(candidates_suffice(c, p), "the filters reach past the {} device candidates", c.top.size());
+  const Filtered f = filtered_of(c, p);
+  return draw_filtered(f.ids, f.scaled, f.mass, p, pos);
 }
 
 int32_t sample_row(const LogitRow& row, int64_t n_vocab, const SamplingParams& p, int64_t pos) {

@@ -28,7 +28,10 @@ uint64_t seed_from_prompt(const std::vector<int32_t>& prompt, std::string_view s
 
 // Picks the token for position `pos` from one row of logits.
 int32_t sample_token(const float* logits, int64_t n_vocab, const SamplingParams& p, int64_t pos);
-// The same choice from a device backend's candidates; filters see at most the candidates that left the device.
+// Whether a device backend's candidates decide this draw exactly as the full row would; when not, the engine samples
+// from the row's full logits instead.
+bool candidates_suffice(const RowCandidates& c, const SamplingParams& p);
+// The same choice from the candidates; requires candidates_suffice.
 int32_t sample_candidates(const RowCandidates& c, const SamplingParams& p, int64_t pos);
 
 // One logits row as the engine sees it: full logits (CPU) or device candidates.

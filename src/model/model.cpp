@@ -7,6 +7,8 @@ namespace tf {
 void Model::forward_sample(const std::vector<BatchRow>&, const std::vector<RowSampling>&, std::vector<RowCandidates>&) {
   fail("this backend samples from full logits");
 }
+
+void Model::last_logits_row(int64_t, float*) { fail("this backend samples from full logits"); }
 namespace {
 std::vector<FamilyEntry>& registry() {
   static std::vector<FamilyEntry> r;

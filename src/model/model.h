@@ -48,6 +48,7 @@ struct RowCandidates {
   float gumbel_logit = 0;
   double lse = 0, max_t = 0, sum_t = 0;        // log-sum-exp at T=1; max and sum of exp(l/T - max) at the row's T
   std::vector<std::pair<float, int32_t>> top;  // (logit desc, id asc)
+  bool complete = false;                        // top holds the whole vocabulary
 };
 
 class Model {
@@ -69,6 +70,8 @@ class Model {
   virtual void set_graphs(bool) {}
   virtual void forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
                               std::vector<RowCandidates>& out);
+  // The full logits of logits row `k` of the last forward_sample, for draws the candidates cannot decide.
+  virtual void last_logits_row(int64_t k, float* out);
 };
 
 // Family registry: each family folder registers itself by the architecture names it reads.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "base/error.h"
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
 
@@ -138,9 +139,24 @@ TEST(Sampler, CandidatesSampleAsTheFullRow) {
   for (const auto& p : params)
     for (int64_t pos = 0; pos < 200; ++pos) {
       const RowCandidates c = candidates_of(l, p.temperature > 0 ? p : SamplingParams{1.0, 0, 1.0, 0.0, 1}, pos);
+      ASSERT_TRUE(candidates_suffice(c, p)) << "temperature " << p.temperature << " top_k " << p.top_k;
       ASSERT_EQ(sample_candidates(c, p, pos), sample_token(l.data(), 5000, p, pos))
           << "temperature " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " pos " << pos;
     }
+}
+
+// Filters that reach past the 256 candidates are reported, so the engine samples those rows from full logits.
+TEST(Sampler, CandidatesReportWhenTheFiltersReachPastThem) {
+  auto l = random_logits(92, 5000);
+  const RowCandidates c = candidates_of(l, SamplingParams{1.0, 0, 1.0, 0.0, 3}, 0);
+  EXPECT_FALSE(candidates_suffice(c, SamplingParams{1.0, 1000, 1.0, 0.0, 3}));    // top_k beyond the candidates
+  EXPECT_FALSE(candidates_suffice(c, SamplingParams{1.0, 0, 0.99, 0.0, 3}));      // a nucleus wider than 256
+  EXPECT_FALSE(candidates_suffice(c, SamplingParams{1.0, 0, 1.0, 1e-9, 3}));      // min_p admitting all of them
+  EXPECT_TRUE(candidates_suffice(c, SamplingParams{1.0, 0, 0.05, 0.0, 3}));       // a cut well inside them
+  EXPECT_DEATH(sample_candidates(c, SamplingParams{1.0, 1000, 1.0, 0.0, 3}, 0), "reach past");
+  RowCandidates whole = c;
+  whole.complete = true;
+  EXPECT_TRUE(candidates_suffice(whole, SamplingParams{1.0, 1000, 1.0, 0.0, 3}));
 }
 
 }  // namespace

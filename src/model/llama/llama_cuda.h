@@ -27,6 +27,7 @@ class LlamaCudaModel : public Model {
   // Per-call switches and timings for the benchmark: graphs on or off, and the last call's device milliseconds.
   void set_graphs(bool on) override { graphs_on_ = on; }
   double last_device_ms() const override { return last_device_ms_; }
+  void last_logits_row(int64_t k, float* out) override;
 
   using DevWeight = cuda::DeviceMatrix;
   struct DevLayer {
@@ -63,6 +64,7 @@ class LlamaCudaModel : public Model {
   void* cand_ = nullptr;
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
+  int64_t last_logit_rows_ = 0;
   std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // (rows, page-table width, sampling) -> graph
   std::vector<char> cand_host_;
 };

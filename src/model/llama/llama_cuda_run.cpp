@@ -175,6 +175,7 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
   if (rows.empty()) return;
   int64_t m = 0;
   run(rows, &sampling, m);
+  last_logit_rows_ = m;
   cand_host_.resize(size_t(m) * sizeof(cuda::RowCandidatesDev));
   if (m) cuda::copy_to_host_async(cand_host_.data(), cand_, cand_host_.size());
   cuda::stream_sync();
@@ -184,12 +185,18 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
     RowCandidates& r = out[size_t(i)];
     r.greedy = d->greedy, r.gumbel = d->gumbel, r.gumbel_logit = d->gumbel_logit;
     r.lse = d->lse, r.max_t = d->max_t, r.sum_t = d->sum_t;
+    r.complete = d->n >= cfg_.n_vocab;
     r.top.resize(size_t(d->n));
     for (int32_t j = 0; j < d->n; ++j) r.top[size_t(j)] = {d->logit[j], d->id[j]};
     std::sort(r.top.begin(), r.top.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
   }
+}
+
+void LlamaCudaModel::last_logits_row(int64_t k, float* out) {
+  TF_CHECK(k >= 0 && k < last_logit_rows_, "logits row {} outside the last forward's {}", k, last_logit_rows_);
+  cuda::copy_to_host(out, logits_ + k * cfg_.n_vocab, size_t(cfg_.n_vocab) * sizeof(float));
 }
 
 }  // namespace tf
