@@ -74,6 +74,7 @@ Runner add_bench(CLI::App& app) {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, "", o->backend);
     if (m.backend.name == "cuda") {
+      if (o->tg < 3) fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
       DeviceBenchOptions d;
       d.model = o->model;
       d.pp.clear();

@@ -18,6 +18,8 @@ void handle_tokenize(ServerContext& c, const std::string& body, httplib::Respons
     const char* key = j.contains("content") ? "content" : "prompt";
     if (!j.contains(key) || !j[key].is_string())
       throw ApiError(400, "'content' (or 'prompt') must be a string, or give 'messages'", "content");
+    if (j.contains("add_special") && !j["add_special"].is_boolean())
+      throw ApiError(400, "'add_special' must be a boolean", "add_special");
     bool special = j.value("add_special", true);
     ids = c.m.tokenizer->encode(j[key].get<std::string>(), special);
   }

@@ -385,3 +385,17 @@ def test_disconnect_frees_lane(own_server):
             break
         time.sleep(0.2)
     assert running == 0, f"tensorfold_requests_running is {running} after all requests ended"
+
+
+@pytest.mark.parametrize("route,body,param", [
+    ("/tokenize", {"content": "hi", "add_special": "yes"}, "add_special"),
+    ("/tokenize", {"content": 5}, "content"),
+    ("/detokenize", {"tokens": [1, -3]}, "tokens"),
+    ("/detokenize", {"tokens": "1,2"}, "tokens"),
+])
+def test_tokenize_routes_refuse_bad_fields(api_server, route, body, param):
+    status, reply, raw = post_json(api_server.base_url, route, body)
+    assert status == 400, f"{route} {body} -> {status}: {raw[:300]!r}"
+    assert reply["error"]["param"] == param, raw[:300]
+    ok, _, _ = post_json(api_server.base_url, "/tokenize", {"content": "still serving"})
+    assert ok == 200

@@ -86,8 +86,6 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
 std::string llama_cuda_refusal(const GgufFile& f) {
   try {
     LlamaConfig c = llama_config_from_gguf(f);
-    if (c.head_dim_k != c.head_dim_v) return "the CUDA backend needs equal key and value head sizes";
-    if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim_k) return fmt::format("rope dimension {} is not supported", c.n_rot);
     if (c.head_dim_k % 32 != 0 || c.head_dim_k > 256)
       return fmt::format("head size {} is not supported by the CUDA attention kernel (multiples of 32 up to 256)",
                          c.head_dim_k);
