@@ -179,6 +179,11 @@ std::string check_cuda_candidates() {
         return fmt::format("V={} row {}: lse {} vs {}", V, r, o.lse, lse);
       const double T = sp[size_t(r)].temperature;
       if (T > 0) {
+        // The whole vocabulary's mass at the row's temperature, which top_p alone normalises by on the host.
+        double st = 0;
+        for (int64_t v = 0; v < V; ++v) st += std::exp(double(x[v]) / T - mx / T);
+        if (o.max_t != mx / T || !(std::fabs(o.sum_t - st) <= double(V) * 0x1.0p-52 * st))
+          return fmt::format("V={} row {}: max_t {} sum_t {} vs {} {}", V, r, o.max_t, o.sum_t, mx / T, st);
         int32_t best = 0;
         double bv = -INFINITY;
         for (int32_t v = 0; v < int32_t(V); ++v) {

@@ -89,8 +89,13 @@ std::string llama_cuda_refusal(const GgufFile& f) {
     if (c.head_dim_k % 32 != 0 || c.head_dim_k > 256)
       return fmt::format("head size {} is not supported by the CUDA attention kernel (multiples of 32 up to 256)",
                          c.head_dim_k);
-    plan_tensors(f, c);
-  } catch (const Error& e) {
+    const Plan plan = plan_tensors(f, c);
+    // Weights that do not fit are refused here, so --backend auto can still run the model on the CPU.
+    const cuda::DeviceInfo dev = cuda::device_info(0);
+    if (plan.total + (size_t(1) << 28) > dev.free_bytes)
+      return fmt::format("the weights need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
+                         double(plan.total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
+  } catch (const std::exception& e) {
     return e.what();
   }
   return {};
@@ -159,13 +164,19 @@ void LlamaCudaModel::drop_graphs() {
 LlamaCudaModel::~LlamaCudaModel() {
   for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
   if (staging_host_) cuda::host_free_pinned(staging_host_);
-  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_})
-    if (p) cuda::device_free(p);
+  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_}) {
+    try {  // after a sticky device error every free fails; a destructor must not throw
+      if (p) cuda::device_free(p);
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
+  const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
   cuda::DeviceInfo dev = cuda::device_info(0);
+  dev.free_bytes += kv_ ? old : 0;  // the old pool goes first
   if (bytes + (size_t(1) << 28) > dev.free_bytes)
     fail(
         "the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
@@ -173,6 +184,7 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
         n_pages, page_size, double(bytes) / double(1ull << 30), double(dev.free_bytes) / double(1ull << 30));
   drop_graphs();  // graphs hold the old pool's address
   if (kv_) cuda::device_free(kv_);
+  kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
   kv_ = static_cast<float*>(cuda::device_alloc(bytes));
   kv_pages_ = n_pages;
   page_size_ = page_size;
@@ -181,17 +193,33 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
 void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   if (n_rows <= cap_rows_ && table_ints <= cap_table_) return;
   drop_graphs();  // graphs hold the old buffers' addresses
-  cap_rows_ = std::max<int64_t>(n_rows, std::max<int64_t>(16, cap_rows_ * 2));
-  cap_table_ = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
+  const int64_t rows = std::max<int64_t>(n_rows, std::max<int64_t>(16, cap_rows_ * 2));
+  const int64_t table = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
   const auto& c = cfg_;
-  const int64_t R = cap_rows_, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
+  const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
   const int64_t sizes[] = {R * E, R * std::max(E, F), R * Dq, R * kv_row_, R * kv_row_, R * Dq, R * E, R * F,
                            R * F, R * c.n_vocab};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
+  const size_t staging = align_up(size_t(4 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
+                         align_up(size_t(R) * sizeof(cuda::SampleRow));
+  // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
+  void *scratch = nullptr, *dev = nullptr, *host = nullptr;
+  try {
+    scratch = cuda::device_alloc(total);
+    dev = cuda::device_alloc(staging);
+    host = cuda::host_alloc_pinned(staging);
+  } catch (...) {
+    if (scratch) cuda::device_free(scratch);
+    if (dev) cuda::device_free(dev);
+    throw;
+  }
   if (scratch_) cuda::device_free(scratch_);
-  scratch_ = cuda::device_alloc(total);
+  if (staging_dev_) cuda::device_free(staging_dev_);
+  if (staging_host_) cuda::host_free_pinned(staging_host_);
+  scratch_ = scratch, staging_dev_ = dev, staging_host_ = host, staging_bytes_ = staging;
+  cap_rows_ = rows, cap_table_ = table;
   float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_};
   size_t off = 0;
   for (size_t i = 0; i < std::size(bufs); ++i) {
@@ -199,12 +227,6 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
     off += align_up(size_t(sizes[i]) * 4);
   }
   cand_ = static_cast<char*>(scratch_) + off;
-  staging_bytes_ = align_up(size_t(4 * R + cap_table_) * 4) + align_up(size_t(R * c.n_rot) * 4) +
-                   align_up(size_t(R) * sizeof(cuda::SampleRow));
-  if (staging_dev_) cuda::device_free(staging_dev_);
-  if (staging_host_) cuda::host_free_pinned(staging_host_);
-  staging_dev_ = cuda::device_alloc(staging_bytes_);
-  staging_host_ = cuda::host_alloc_pinned(staging_bytes_);
 }
 
 }  // namespace tf

@@ -45,8 +45,9 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   const auto& c = cfg_;
   const int64_t n = int64_t(rows.size()), half = c.n_rot / 2;
   int64_t max_pages = 1;
+  if (!kv_) fail("no KV pool is bound on the device");
   for (const auto& r : rows) {
-    TF_CHECK(kv_ && r.pages && r.pos >= 0 && r.pos / page_size_ < int64_t(r.pages->size()),
+    TF_CHECK(r.pages && r.pos >= 0 && r.pos / page_size_ < int64_t(r.pages->size()),
              "row position {} outside its sequence's pages", r.pos);
     TF_CHECK(r.token >= 0 && r.token < c.n_vocab, "row token {} outside the vocabulary", r.token);
     max_pages = std::max<int64_t>(max_pages, int64_t(r.pages->size()));
@@ -68,8 +69,11 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     if (b.pages != prev) {
       prev = b.pages;
       ++seq;
-      for (size_t i = 0; i < b.pages->size() && int64_t(i) < width; ++i)
+      for (size_t i = 0; i < b.pages->size() && int64_t(i) < width; ++i) {
+        TF_CHECK((*b.pages)[i] >= 0 && (*b.pages)[i] < kv_pages_, "KV page {} outside the pool of {}", (*b.pages)[i],
+                 kv_pages_);
         L.table(h)[seq * width + int64_t(i)] = (*b.pages)[i];
+      }
     }
     L.ids(h)[r] = b.token;
     L.pos(h)[r] = b.pos;
@@ -182,6 +186,10 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
   out.resize(size_t(m));
   for (int64_t i = 0; i < m; ++i) {
     const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + i;
+    // A row with no finite logit has no candidate to give (its argmax is the kernel's out-of-range sentinel).
+    if (d->greedy < 0 || d->greedy >= cfg_.n_vocab) fail("logits row {} has no finite value", i);
+    for (int32_t j = 0; j < d->n; ++j)
+      if (std::isnan(d->logit[j])) fail("logits row {} holds NaN", i);
     RowCandidates& r = out[size_t(i)];
     r.greedy = d->greedy, r.gumbel = d->gumbel, r.gumbel_logit = d->gumbel_logit;
     r.lse = d->lse, r.max_t = d->max_t, r.sum_t = d->sum_t;
