@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -90,7 +91,10 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Handled;
     });
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      ctx.metrics.request_done(req.path, res.status);
+      // Only served routes become label values, so clients cannot grow the series without limit.
+      static const std::set<std::string> kRoutes = {"/health", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                                                    "/v1/responses", "/tokenize", "/detokenize", "/metrics"};
+      ctx.metrics.request_done(kRoutes.count(req.path) ? req.path : "other", res.status);
     });
     svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");

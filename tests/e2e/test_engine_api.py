@@ -264,6 +264,12 @@ def test_metrics_exposition(api_server, api_client):
     assert prompt[1] - prompt[0] == resp.usage.prompt_tokens, f"prompt tokens {prompt}"
     ok = [metric_sum(s, "tensorfold_requests_total", code="200") or 0 for s in (before, after)]
     assert ok[1] > ok[0], f"requests_total{{code=\"200\"}} did not grow: {ok}"
+    # Unknown paths share one label value instead of each making a new series.
+    for i in range(3):
+        post_json(api_server.base_url, f"/no/such/route/{i}", {})
+    _, text, _ = metrics(api_server)
+    assert "/no/such/route" not in text, "a client-chosen path became a metric label"
+    assert 'route="other"' in text, "unknown paths should count under route=\"other\""
 
 
 # ---- API keys ----
