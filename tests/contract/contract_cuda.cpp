@@ -67,6 +67,17 @@ std::string check_gemv(GgmlType type) {
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
           return fmt::format("{}: row {} of {} differs from the row alone at col {}", ggml_type_name(type), r, rows, d);
       }
+      // The residual form, in place: y = res + W x with one rounding, exactly the separate add.
+      auto res = random_floats(size_t(rows * n_out), rng);
+      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
+      cuda::gemv(m, dx.as<float>(), rows, dy.as<float>(), dy.as<float>());
+      std::vector<float> fused(res.size());
+      cuda::copy_to_host(fused.data(), dy.p, fused.size() * 4);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        const float want = res[i] + y[i];
+        if (std::memcmp(&want, &fused[i], 4) != 0 && !(std::isnan(want) && std::isnan(fused[i])))
+          return fmt::format("{}: residual form differs at {}: {} vs {}", ggml_type_name(type), i, fused[i], want);
+      }
     }
   }
   return {};

@@ -25,15 +25,18 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
   for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * 7 + 3) % n_pages);  // scrambled
   const std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
   const int64_t rows = int64_t(pos.size());
-  auto q = random_floats(size_t(rows * nh * hd), rng);
+  const int64_t qs = nh * hd + 2 * kvr;  // query rows as the fused QKV product lays them out
+  auto q = random_floats(size_t(rows * qs), rng);
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  auto K = [&](int s, int64_t j) { return pool.data() + table[size_t(s * max_pages + j / P)] * page_floats + (j % P) * kvr; };
+  auto K = [&](int s, int64_t j) {
+    return pool.data() + table[size_t(s * max_pages + j / P)] * page_floats + (j % P) * kvr;
+  };
   auto V = [&](int s, int64_t j) { return K(s, j) + P * kvr; };
   float *dpool = upload(pool), *dq = upload(q);
   int32_t *dtable = upload(table), *dpos = upload(pos), *dseq = upload(seq);
   float* dout = static_cast<float*>(cuda::device_alloc(size_t(rows * nh * hd) * 4));
   cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
-  cuda::attention(dq, rows, dpos, dseq, kv, nh, nkv, hd, scale, max_keys, dout);
+  cuda::attention(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, max_keys, dout);
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
@@ -42,7 +45,7 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
       const int sq = seq[size_t(r)];
       const AttnRef ref_head = attention_reference(
-          q.data() + (r * nh + h) * hd, hd, nk, scale, [&](int64_t j) { return K(sq, j) + g * hd; },
+          q.data() + r * qs + h * hd, hd, nk, scale, [&](int64_t j) { return K(sq, j) + g * hd; },
           [&](int64_t j) { return V(sq, j) + g * hd; });
       for (int64_t i = 0; i < hd; ++i) {
         const double ref = ref_head.out[size_t(i)];
@@ -54,7 +57,7 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
       }
     }
     if (why.empty()) {
-      cuda::attention(dq + r * nh * hd, 1, dpos + r, dseq + r, kv, nh, nkv, hd, scale, max_keys, dout);
+      cuda::attention(dq + r * qs, qs, 1, dpos + r, dseq + r, kv, nh, nkv, hd, scale, max_keys, dout);
       cuda::copy_to_host(alone.data(), dout, alone.size() * 4);
       if (first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()) >= 0)
         why = fmt::format("hd {}: row at pos {} differs when computed alone", hd, pos[size_t(r)]);

@@ -79,11 +79,18 @@ std::string check_cuda_kv_store() {
     std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
-    auto k = random_floats(size_t(rows * kvr), rng), v = random_floats(size_t(rows * kvr), rng);
+    // K and V side by side in rows of 2 * kv_row, as the fused QKV product writes them.
+    auto kv2 = random_floats(size_t(rows * 2 * kvr), rng);
+    std::vector<float> k(size_t(rows * kvr)), v(size_t(rows * kvr));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < kvr; ++i)
+        k[size_t(r * kvr + i)] = kv2[size_t(r * 2 * kvr + i)],
+                           v[size_t(r * kvr + i)] = kv2[size_t(r * 2 * kvr + kvr + i)];
     std::vector<float> pool(size_t(n_pages * page_floats), 0.0f);
-    Buf<float> dk(k), dv(v), dpool(pool);
+    Buf<float> dkv(kv2), dpool(pool);
     Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
-    cuda::kv_store(dk.p, dv.p, rows, dpos.p, dseq.p, dtab.p, max_pages, dpool.p, page_floats, layer_offset, P, kvr);
+    cuda::kv_store(dkv.p, dkv.p + kvr, 2 * kvr, rows, dpos.p, dseq.p, dtab.p, max_pages, dpool.p, page_floats,
+                   layer_offset, P, kvr);
     auto got = dpool.get();
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t page = table[size_t(seq[size_t(r)] * max_pages + pos[size_t(r)] / P)];

@@ -65,6 +65,23 @@ std::string check_cuda_swiglu() {
       if (!(std::fabs(y[size_t(i)] - ref) <= 8 * kU * std::fabs(ref) + 0x1.0p-140))
         return fmt::format("n={} [{}]: {} vs {}", n, i, y[size_t(i)], ref);
     }
+    // Gate and up side by side in rows of 2n: each row equals the separate form bit for bit, whatever the row count.
+    for (int64_t rows : {1, 3, 7}) {
+      std::vector<float> gu(size_t(rows * 2 * n));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          gu[size_t(r * 2 * n + i)] = g[size_t((i + r) % n)],
+                                gu[size_t(r * 2 * n + n + i)] = u[size_t((i + 3 * r) % n)];
+      DevVec dgu(gu), dz{std::vector<float>(static_cast<size_t>(rows * n))},
+          d1{std::vector<float>(static_cast<size_t>(n))};
+      cuda::swiglu_pairs(dgu.p, rows, n, dz.p);
+      auto z = dz.get();
+      for (int64_t r = 0; r < rows; ++r) {
+        cuda::swiglu(dgu.p + r * 2 * n, dgu.p + r * 2 * n + n, d1.p, n);
+        if (first_bit_difference(d1.get().data(), z.data() + r * n, size_t(n)) >= 0)
+          return fmt::format("swiglu_pairs n={} rows={}: row {} differs from the separate form", n, rows, r);
+      }
+    }
   }
   return {};
 }

@@ -23,8 +23,8 @@ __device__ __forceinline__ const float* kv_at(const PagedKv& kv, int seq, int64_
 // One block per (row, head): warps split keys by absolute position and partials add in warp order, so no row's bits
 // depend on the other rows.
 __global__ void __launch_bounds__(kThreads)
-    attention_kernel(const float* q, const int32_t* pos, const int32_t* row_seq, PagedKv kv, int64_t n_head,
-                     int64_t n_kv_head, int hd, float scale, float* out) {
+    attention_kernel(const float* q, int64_t q_stride, const int32_t* pos, const int32_t* row_seq, PagedKv kv,
+                     int64_t n_head, int64_t n_kv_head, int hd, float scale, float* out) {
   extern __shared__ float scores[];
   __shared__ double red[kThreads];
   __shared__ float part[kWarps][kMaxHeadDim];
@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
   const int seq = row_seq[r];
   int64_t n_keys = int64_t(pos[r]) + 1;
   if (TF_DCTL(141)) n_keys += 1;  // planted: one key past the causal limit
-  const float* qr = q + (r * n_head + h) * hd;
+  const float* qr = q + r * q_stride + h * hd;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per_lane = hd / 32;  // hd is a multiple of 32, at most kMaxHeadDim
   float ql[kMaxHeadDim / 32];
@@ -96,8 +96,9 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
-               int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out) {
+void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+               const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys,
+               float* out) {
   if (head_dim % 32 != 0 || head_dim > kMaxHeadDim)
     throw std::runtime_error("attention: head size must be a multiple of 32 up to 256");
   upload_control();
@@ -108,7 +109,7 @@ void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t
     granted = shared;
   }
   attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared, launch_stream()>>>(
-      q, pos, row_seq, kv, n_head, n_kv_head, int(head_dim), scale, out);
+      q, q_stride, pos, row_seq, kv, n_head, n_kv_head, int(head_dim), scale, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
 }

@@ -14,8 +14,10 @@ struct PagedKv {
 
 // Causal GQA attention of each query row over its sequence's keys [0, pos[r]], one block per (row, head). Keys are
 // split over threads by absolute position only and reduced in a fixed order, so a row's bits never depend on the
-// other rows. q and out are [n_rows, n_head * head_dim]; row_seq[r] picks the row's page-table line.
-void attention(const float* q, int64_t n_rows, const int32_t* pos, const int32_t* row_seq, const PagedKv& kv,
-               int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys, float* out);
+// other rows. q rows are q_stride floats apart (n_head * head_dim used), out is [n_rows, n_head * head_dim];
+// row_seq[r] picks the row's page-table line.
+void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+               const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys,
+               float* out);
 
 }  // namespace tf::cuda

@@ -11,10 +11,10 @@
 
 namespace tf::cuda {
 
-bool weight_kernels_float(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const int32_t* ids,
-                          float* emb_out, int ctl);
-bool weight_kernels_quant(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const int32_t* ids,
-                          float* emb_out, int ctl);
+bool weight_kernels_float(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual,
+                          const int32_t* ids, float* emb_out, int ctl);
+bool weight_kernels_quant(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual,
+                          const int32_t* ids, float* emb_out, int ctl);
 
 namespace {
 
@@ -128,15 +128,15 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
   return m;
 }
 
-void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y) {
+void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual) {
   if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
     throw std::runtime_error("gemv: unsupported format or row length");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0 || w.slices < 1)
     throw std::runtime_error("gemv: misaligned weights or activations");
   if (n_rows == 0) return;
   const int ctl = active_control();
-  if (!weight_kernels_float(w, x, n_rows, y, nullptr, nullptr, ctl))
-    weight_kernels_quant(w, x, n_rows, y, nullptr, nullptr, ctl);
+  if (!weight_kernels_float(w, x, n_rows, y, residual, nullptr, nullptr, ctl))
+    weight_kernels_quant(w, x, n_rows, y, residual, nullptr, nullptr, ctl);
   check(cudaGetLastError(), "gemv launch");
 }
 
@@ -145,8 +145,8 @@ void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float*
     throw std::runtime_error("embedding: unsupported format");
   if (n_rows == 0) return;
   const int ctl = active_control();
-  if (!weight_kernels_float(w, nullptr, n_rows, nullptr, ids, out, ctl))
-    weight_kernels_quant(w, nullptr, n_rows, nullptr, ids, out, ctl);
+  if (!weight_kernels_float(w, nullptr, n_rows, nullptr, nullptr, ids, out, ctl))
+    weight_kernels_quant(w, nullptr, n_rows, nullptr, nullptr, ids, out, ctl);
   check(cudaGetLastError(), "embedding launch");
 }
 

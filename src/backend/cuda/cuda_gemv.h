@@ -28,7 +28,8 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
 
 // y[r, o] = sum_c W[o, c] * x[r, c]: a block per tile, a warp per slice, a lane per column; two running sums per
 // lane, then the slices in order. Each row's arithmetic is the same whatever n_rows is. x and y are device memory.
-void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y);
+// With `residual` (which may be y itself), y = residual + that sum, one rounding, as a separate add would give.
+void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr);
 // Rows ids[r] of a [n_vocab, n_embd] matrix, decoded exactly, into out [n_rows, n_embd]; ids in device memory.
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out);
 

@@ -35,9 +35,11 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   if (TF_DCTL(112) && threadIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
 }
 
-__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, int64_t in_stride) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  const int64_t r = blockIdx.y;
+  g += r * in_stride, u += r * in_stride, out += r * n;
   const float gi = g[i];
   float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
   if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));                 // planted: sigmoid sign slip
@@ -72,17 +74,17 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] = TF_DCTL(192) ? x[i] : __fadd_rn(x[i], y[i]);  // planted: the residual term lost
 }
 
-__global__ void kv_store_kernel(const float* k, const float* v, const int32_t* pos, const int32_t* row_seq,
-                                const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
-                                int64_t layer_offset, int64_t page_size, int64_t kv_row) {
+__global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, const int32_t* pos,
+                                const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base,
+                                int64_t page_floats, int64_t layer_offset, int64_t page_size, int64_t kv_row) {
   const int64_t r = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= kv_row) return;
   const int64_t p = TF_DCTL(171) ? pos[r] + 1 : pos[r];  // planted: written one slot late
   const int32_t page = page_table[int64_t(row_seq[r]) * max_pages + p / page_size];
   float* kp = base + int64_t(page) * page_floats + layer_offset + (p % page_size) * kv_row;
-  kp[i] = k[r * kv_row + i];
-  kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * kv_row + i] : v[r * kv_row + i];  // planted: K stored as V
+  kp[i] = k[r * stride + i];
+  kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * stride + i] : v[r * stride + i];  // planted: K stored as V
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* idx, int64_t n, float* dst) {
@@ -109,13 +111,13 @@ void add_inplace(float* x, const float* y, int64_t n) {
   check_launch("add");
 }
 
-void kv_store(const float* k, const float* v, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-              const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
-              int64_t page_size, int64_t kv_row) {
+void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
+              const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+              int64_t layer_offset, int64_t page_size, int64_t kv_row) {
   if (n_rows == 0) return;
   upload_control();
   kv_store_kernel<<<dim3(grid(kv_row, 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
-      k, v, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+      k, v, stride, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
   check_launch("kv_store");
 }
 
@@ -134,8 +136,16 @@ void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float ep
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   upload_control();
-  swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(gate, up, out, n);
+  swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(gate, up, out, n, 0);
   check_launch("swiglu");
+}
+
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out) {
+  if (n_rows == 0) return;
+  upload_control();
+  swiglu_kernel<<<dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, launch_stream()>>>(gu, gu + n, out, n,
+                                                                                                2 * n);
+  check_launch("swiglu_pairs");
 }
 
 void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t n_rot,

@@ -16,10 +16,12 @@ void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t
 // x[r, i] += b[i]; x[i] += y[i] (each sum rounded once).
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n);
 void add_inplace(float* x, const float* y, int64_t n);
-// Writes each row's K and V (kv_row floats) into its sequence's page at position pos[r] of one layer.
-void kv_store(const float* k, const float* v, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-              const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
-              int64_t page_size, int64_t kv_row);
+// Writes each row's K and V (kv_row floats; rows `stride` floats apart) into its sequence's page at position pos[r].
+void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
+              const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+              int64_t layer_offset, int64_t page_size, int64_t kv_row);
+// out[r, i] = silu(gu[r, i]) * gu[r, n + i]: gate and up side by side in rows of 2n, as one matrix writes them.
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out);
 // dst[r] = src[idx[r]] for rows of n floats.
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst);
 

@@ -197,7 +197,7 @@ struct Fmt<int(GgmlType::Q6_K)> {
 // rows share the decoded weights, and no row's arithmetic depends on R or on the other rows.
 template <int kType, int R>
 __global__ void __launch_bounds__(512)
-    gemv_kernel(DeviceMatrix w, const float* __restrict__ x, float* __restrict__ y, int ctl) {
+    gemv_kernel(DeviceMatrix w, const float* __restrict__ x, float* y, const float* residual, int ctl) {
   using F = Fmt<kType>;
   extern __shared__ float part[];  // [S][R][32]
   const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5, S = blockDim.x >> 5;
@@ -245,7 +245,8 @@ __global__ void __launch_bounds__(512)
     float sum = part[r * 32 + l];
     for (int s2 = 1; s2 < S; ++s2) sum = __fadd_rn(sum, part[(s2 * R + r) * 32 + l]);
     const int64_t o = tile * 32 + l;
-    if (o < w.n_out) y[int64_t(r) * w.n_out + o] = sum;
+    const int64_t at = int64_t(r) * w.n_out + o;
+    if (o < w.n_out) y[at] = residual ? __fadd_rn(residual[at], sum) : sum;
   }
 }
 
@@ -274,8 +275,8 @@ __global__ void embedding_kernel(DeviceMatrix w, const int32_t* __restrict__ ids
 
 // Rows in passes of 8, then 4, 2, 1: the pass size changes how often weights are decoded, never a row's sums.
 template <int kType>
-void launch_weight_kernels(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const int32_t* ids,
-                           float* emb_out, int ctl) {
+void launch_weight_kernels(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual,
+                           const int32_t* ids, float* emb_out, int ctl) {
   if (ids) {
     const int64_t tasks = w.units * Fmt<kType>::kElemChunks;
     embedding_kernel<kType>
@@ -286,7 +287,7 @@ void launch_weight_kernels(const DeviceMatrix& w, const float* x, int64_t n_rows
   auto pass = [&](auto rows_tag, int64_t r) {
     constexpr int kR = decltype(rows_tag)::value;
     gemv_kernel<kType, kR><<<tiles, threads, size_t(w.slices * kR * 32) * sizeof(float), launch_stream()>>>(
-        w, x + r * w.n_in, y + r * w.n_out, ctl);
+        w, x + r * w.n_in, y + r * w.n_out, residual ? residual + r * w.n_out : nullptr, ctl);
   };
   int64_t r = 0;
   for (; r + 8 <= n_rows; r += 8) pass(std::integral_constant<int, 8>{}, r);

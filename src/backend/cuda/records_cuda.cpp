@@ -6,7 +6,7 @@ namespace {
 std::vector<KernelRecord> make_records() {
   const char* shapes =
       "n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
-  const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row";
+  const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row; the in-place residual form";
   const char* bound =
       "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices "
       "added in order)";
@@ -29,8 +29,8 @@ std::vector<KernelRecord> make_records() {
   r.push_back({"swiglu",
                "cuda",
                {"f32"},
-               "any n",
-               "n 14336, 7; |gate| up to 30",
+               "any n; gate|up rows side by side",
+               "n 14336, 7; |gate| up to 30; pairs of rows 1,3,7",
                "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140",
                {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
   r.push_back({"rope",
@@ -40,13 +40,14 @@ std::vector<KernelRecord> make_records() {
                "head_dim 128, n_rot 128 and 64, positions to 8191",
                "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)",
                {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
-  r.push_back({"attention",
-               "cuda",
-               {"f32"},
-               "paged KV, GQA, causal over [0, pos], head_dim a multiple of 32 up to 256, keys <= 48K",
-               "head_dim 64 and 128, 9/3 and 32/8 heads, keys 1..2000, rows at mixed positions of two sequences",
-               "|o - o64| <= 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8)",
-               {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
+  r.push_back(
+      {"attention",
+       "cuda",
+       {"f32"},
+       "paged KV, GQA, causal over [0, pos], strided query rows, head_dim a multiple of 32 up to 256, keys <= 48K",
+       "head_dim 64 and 128, 9/3 and 32/8 heads, keys 1..2000, rows at mixed positions of two sequences",
+       "|o - o64| <= 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8)",
+       {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",
@@ -58,8 +59,8 @@ std::vector<KernelRecord> make_records() {
   r.push_back({"kv_store",
                "cuda",
                {"f32"},
-               "paged KV, any rows of any sequences",
-               "kv_row 96, pages of 8, scrambled page table; rows 1,3,7",
+               "paged KV, any rows of any sequences, strided K|V rows",
+               "kv_row 96, pages of 8, scrambled page table; rows 1,3,7; K and V side by side",
                "bit-exact copy to (page_table[seq][pos/P], pos%P), nothing else written",
                {{171, "written one slot late"}, {172, "K stored as V"}}});
   r.push_back({"residual_add",

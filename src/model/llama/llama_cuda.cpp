@@ -15,10 +15,12 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// The tensors the forward reads, in upload order: matrices as the file stores them, vectors decoded to f32.
+// The tensors the forward reads, in upload order: matrices as the file stores them, vectors decoded to f32. An item
+// of several parts stacks their rows (Q, K, V; gate, up) so one kernel computes them all.
 struct Plan {
   struct Item {
     std::string name;
+    std::vector<std::string> parts;
     bool matrix;
     int64_t n_in, n_out;
     size_t offset, bytes;
@@ -48,7 +50,7 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
   auto mat = [&](const std::string& name, int64_t n_in, int64_t n_out) {
     if (auto why = matrix_refusal(f, name, n_in, n_out); !why.empty()) fail("{}: {}", f.path(), why);
     const size_t bytes = cuda::device_matrix_bytes(f.tensor(name)->type, n_in, n_out);
-    p.items.push_back({name, true, n_in, n_out, p.total, bytes});
+    p.items.push_back({name, {name}, true, n_in, n_out, p.total, bytes});
     p.total += align_up(bytes);
   };
   auto vec = [&](const std::string& name, int64_t n, bool required) {
@@ -56,8 +58,29 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
       if (required) fail("{}: tensor '{}' is missing", f.path(), name);
       return;
     }
-    p.items.push_back({name, false, n, 1, p.total, size_t(n) * 4});
+    p.items.push_back({name, {name}, false, n, 1, p.total, size_t(n) * 4});
     p.total += align_up(size_t(n) * 4);
+  };
+  // Stacks same-format matrices (and their biases, all or none) into one item named `key`; false when it cannot.
+  auto stacked = [&](const std::string& key, const std::vector<std::string>& names, const std::vector<int64_t>& outs,
+                     int64_t n_in, const std::vector<std::string>& biases) {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (auto why = matrix_refusal(f, names[i], n_in, outs[i]); !why.empty()) fail("{}: {}", f.path(), why);
+    size_t with_bias = 0;
+    for (auto& b : biases) with_bias += f.tensor(b) != nullptr;
+    for (auto& nm : names)
+      if (f.tensor(nm)->type != f.tensor(names[0])->type) return false;
+    if (with_bias != 0 && with_bias != biases.size()) return false;
+    int64_t total = 0;
+    for (int64_t o : outs) total += o;
+    const size_t bytes = cuda::device_matrix_bytes(f.tensor(names[0])->type, n_in, total);
+    p.items.push_back({key, names, true, n_in, total, p.total, bytes});
+    p.total += align_up(bytes);
+    if (with_bias) {
+      p.items.push_back({key + ".bias", biases, false, total, 1, p.total, size_t(total) * 4});
+      p.total += align_up(size_t(total) * 4);
+    }
+    return true;
   };
   mat("token_embd.weight", E, c.n_vocab);
   if (f.tensor("output.weight")) mat("output.weight", E, c.n_vocab);
@@ -66,16 +89,21 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
     const std::string b = "blk." + std::to_string(l) + ".";
     vec(b + "attn_norm.weight", E, true);
     vec(b + "ffn_norm.weight", E, true);
-    mat(b + "attn_q.weight", E, Dq);
-    mat(b + "attn_k.weight", E, Dkv);
-    mat(b + "attn_v.weight", E, Dkv);
+    if (!stacked(b + "attn_qkv", {b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, {Dq, Dkv, Dkv}, E,
+                 {b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"})) {
+      mat(b + "attn_q.weight", E, Dq);
+      mat(b + "attn_k.weight", E, Dkv);
+      mat(b + "attn_v.weight", E, Dkv);
+      vec(b + "attn_q.bias", Dq, false);
+      vec(b + "attn_k.bias", Dkv, false);
+      vec(b + "attn_v.bias", Dkv, false);
+    }
     mat(b + "attn_output.weight", Dq, E);
-    vec(b + "attn_q.bias", Dq, false);
-    vec(b + "attn_k.bias", Dkv, false);
-    vec(b + "attn_v.bias", Dkv, false);
     vec(b + "attn_output.bias", E, false);
-    mat(b + "ffn_gate.weight", E, c.n_ff);
-    mat(b + "ffn_up.weight", E, c.n_ff);
+    if (!stacked(b + "ffn_gate_up", {b + "ffn_gate.weight", b + "ffn_up.weight"}, {c.n_ff, c.n_ff}, E, {})) {
+      mat(b + "ffn_gate.weight", E, c.n_ff);
+      mat(b + "ffn_up.weight", E, c.n_ff);
+    }
     mat(b + "ffn_down.weight", c.n_ff, E);
   }
   return p;
@@ -116,15 +144,32 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
   std::map<std::string, const Plan::Item*> by_name;
   std::map<std::string, DevWeight> mats;
   std::vector<float> tmp;
+  std::vector<uint8_t> rows;
   for (const auto& it : plan.items) {
-    const GgufTensor* t = f.tensor(it.name);
+    const GgufTensor* t0 = f.tensor(it.parts[0]);
     if (it.matrix) {
-      mats[it.name] = cuda::upload_matrix(t->type, t->data, it.n_in, it.n_out, base + it.offset);
+      const void* src = t0->data;
+      if (it.parts.size() > 1) {  // stacked rows: the parts' bytes one after another
+        rows.clear();
+        for (auto& part : it.parts) {
+          const GgufTensor* t = f.tensor(part);
+          rows.insert(rows.end(), static_cast<const uint8_t*>(t->data),
+                      static_cast<const uint8_t*>(t->data) + t->nbytes);
+        }
+        src = rows.data();
+      }
+      mats[it.name] = cuda::upload_matrix(t0->type, src, it.n_in, it.n_out, base + it.offset);
     } else {
-      tmp.resize(size_t(it.n_in));
-      if (t->n_elements() != it.n_in || !quant::dequantize(t->type, t->data, tmp.data(), it.n_in))
-        fail("{}: tensor '{}' has {} elements of {}, expected {} decodable values", f.path(), it.name, t->n_elements(),
-             ggml_type_name(t->type), it.n_in);
+      tmp.clear();
+      for (auto& part : it.parts) {
+        const GgufTensor* t = f.tensor(part);
+        const size_t at = tmp.size();
+        tmp.resize(at + size_t(t->n_elements()));
+        if (!quant::dequantize(t->type, t->data, tmp.data() + at, t->n_elements()))
+          fail("{}: tensor '{}' has format {} which cannot be decoded", f.path(), part, ggml_type_name(t->type));
+      }
+      if (int64_t(tmp.size()) != it.n_in)
+        fail("{}: tensor '{}' has {} elements, expected {}", f.path(), it.name, tmp.size(), it.n_in);
       cuda::copy_to_device(base + it.offset, tmp.data(), it.bytes);
     }
     by_name[it.name] = &it;
@@ -145,11 +190,19 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     DevLayer L;
-    L.wq = W(b + "attn_q.weight"), L.wk = W(b + "attn_k.weight"), L.wv = W(b + "attn_v.weight");
-    L.wo = W(b + "attn_output.weight");
-    L.gate = W(b + "ffn_gate.weight"), L.up = W(b + "ffn_up.weight"), L.down = W(b + "ffn_down.weight");
+    if ((L.fused_qkv = mats.count(b + "attn_qkv") != 0)) {
+      L.wq = W(b + "attn_qkv");
+      L.bq = V(b + "attn_qkv.bias");
+    } else {
+      L.wq = W(b + "attn_q.weight"), L.wk = W(b + "attn_k.weight"), L.wv = W(b + "attn_v.weight");
+      L.bq = V(b + "attn_q.bias"), L.bk = V(b + "attn_k.bias"), L.bv = V(b + "attn_v.bias");
+    }
+    if ((L.fused_ffn = mats.count(b + "ffn_gate_up") != 0))
+      L.gate = W(b + "ffn_gate_up");
+    else
+      L.gate = W(b + "ffn_gate.weight"), L.up = W(b + "ffn_up.weight");
+    L.wo = W(b + "attn_output.weight"), L.down = W(b + "ffn_down.weight");
     L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
-    L.bq = V(b + "attn_q.bias"), L.bk = V(b + "attn_k.bias"), L.bv = V(b + "attn_v.bias");
     L.bo = V(b + "attn_output.bias");
     layers_.push_back(L);
   }
@@ -197,8 +250,9 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   const int64_t table = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
   const auto& c = cfg_;
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
-  const int64_t sizes[] = {R * E, R * std::max(E, F), R * Dq, R * kv_row_, R * kv_row_, R * Dq, R * E, R * F,
-                           R * F, R * c.n_vocab};
+  const int64_t sizes[] = {
+      R * E, R * std::max(E, F), R * (Dq + 2 * kv_row_), R * kv_row_, R * kv_row_, R * Dq, R * E, R * 2 * F,
+      R * F, R * c.n_vocab};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));

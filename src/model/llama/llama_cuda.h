@@ -30,7 +30,9 @@ class LlamaCudaModel : public Model {
   void last_logits_row(int64_t k, float* out) override;
 
   using DevWeight = cuda::DeviceMatrix;
+  // Fused layers keep Q|K|V in wq (and bq) and gate|up in gate, rows stacked.
   struct DevLayer {
+    bool fused_qkv = false, fused_ffn = false;
     DevWeight wq, wk, wv, wo, gate, up, down;
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
   };

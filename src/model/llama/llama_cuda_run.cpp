@@ -105,28 +105,48 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_);
-    cuda::gemv(Ly.wq, h_, n, q_);
-    cuda::gemv(Ly.wk, h_, n, k_);
-    cuda::gemv(Ly.wv, h_, n, v_);
-    if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
-    if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
-    if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
-    cuda::rope(q_, n, Dq, c.n_head, D, c.n_rot, L.cos(d), L.sin(d), neox);
-    cuda::rope(k_, n, Dkv, c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);
+    // Q, K and V rows: one stacked product [Q | K | V] per row (stride Dqkv), or three products.
+    const float *qp = q_, *kp = k_, *vp = v_;
+    int64_t q_stride = Dq, kv_stride = Dkv;
+    if (Ly.fused_qkv) {
+      cuda::gemv(Ly.wq, h_, n, q_);
+      if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
+      q_stride = kv_stride = Dq + 2 * Dkv, kp = q_ + Dq, vp = q_ + Dq + Dkv;
+      cuda::rope(q_, n, q_stride, c.n_head + c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);  // Q and K heads
+    } else {
+      cuda::gemv(Ly.wq, h_, n, q_);
+      cuda::gemv(Ly.wk, h_, n, k_);
+      cuda::gemv(Ly.wv, h_, n, v_);
+      if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
+      if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
+      if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
+      cuda::rope(q_, n, Dq, c.n_head, D, c.n_rot, L.cos(d), L.sin(d), neox);
+      cuda::rope(k_, n, Dkv, c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);
+    }
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
-    cuda::kv_store(k_, v_, n, L.pos(d), L.row_seq(d), L.table(d), width, kv_, page_floats, layer_offset, page_size_,
-                   kv_row_);
+    cuda::kv_store(kp, vp, kv_stride, n, L.pos(d), L.row_seq(d), L.table(d), width, kv_, page_floats, layer_offset,
+                   page_size_, kv_row_);
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
-    cuda::attention(q_, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_, att_);
-    cuda::gemv(Ly.wo, att_, n, o_);
-    if (Ly.bo) cuda::add_bias(o_, Ly.bo, n, E);
-    cuda::add_inplace(x_, o_, n * E);
+    cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
+                    att_);
+    // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
+    if (Ly.bo) {
+      cuda::gemv(Ly.wo, att_, n, o_);
+      cuda::add_bias(o_, Ly.bo, n, E);
+      cuda::add_inplace(x_, o_, n * E);
+    } else {
+      cuda::gemv(Ly.wo, att_, n, x_, x_);
+    }
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_);
-    cuda::gemv(Ly.gate, h_, n, g_);
-    cuda::gemv(Ly.up, h_, n, u_);
-    cuda::swiglu(g_, u_, g_, n * c.n_ff);
-    cuda::gemv(Ly.down, g_, n, o_);
-    cuda::add_inplace(x_, o_, n * E);
+    if (Ly.fused_ffn) {
+      cuda::gemv(Ly.gate, h_, n, g_);
+      cuda::swiglu_pairs(g_, n, c.n_ff, u_);
+    } else {
+      cuda::gemv(Ly.gate, h_, n, g_);
+      cuda::gemv(Ly.up, h_, n, u_);
+      cuda::swiglu(g_, u_, u_, n * c.n_ff);
+    }
+    cuda::gemv(Ly.down, u_, n, x_, x_);
   }
   if (m == 0) return;
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
