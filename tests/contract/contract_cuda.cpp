@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/kernel_registry.h"
 #include "harness.h"
+#include "base/scalar.h"
 #include "quant/ggml/dequant.h"
 
 namespace tf::contract {
@@ -26,17 +27,39 @@ struct Dev {
   }
 };
 
-std::string check_gemv(GgmlType type) {
-  std::mt19937 rng(4321 + uint32_t(type));
+// |min| of each weight (w = scale * q + min) for the formats with mins: the tensor-core bound's magnitude term.
+std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out) {
+  std::vector<double> mn(size_t(n_in * n_out), 0.0);
+  auto f16 = [&](size_t at) { return double(f16_to_f32(uint16_t(wb[at] | (wb[at + 1] << 8)))); };
+  for (int64_t i = 0; i < n_in * n_out; ++i) {
+    if (type == GgmlType::Q4_1) {
+      mn[size_t(i)] = std::fabs(f16(size_t(i / 32) * 20 + 2));
+    } else if (type == GgmlType::Q4_K) {
+      const size_t blk = size_t(i / 256) * 144;
+      const int j = int(i % 256) / 32;
+      const uint8_t* sc = wb.data() + blk + 4;
+      const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      mn[size_t(i)] = std::fabs(f16(blk + 2) * m);
+    }
+  }
+  return mn;
+}
+
+// `table`: the tiled layout (a warp per slice, lane per column); else the tensor-core layout, for formats that have it.
+std::string check_gemv(GgmlType type, bool table) {
+  std::mt19937 rng(4321 + uint32_t(type) + (table ? 0 : 99));
   const bool k_quant = type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  const int64_t last_in = k_quant ? 256 : table ? 32 : 64;
   for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{k_quant ? 768 : 576, 1536},
                              {1536, k_quant ? 512 : 576},
                              {4096, 64},
-                             {k_quant ? 256 : 32, 33}}) {
+                             {last_in, 33}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
-    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out));
-    const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
+    const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
+    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out, table));
+    const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p, table);
+    if (m.mma == table) return fmt::format("{}: {} layout expected", ggml_type_name(type), table ? "tiled" : "mma");
     for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
       auto x = random_floats(size_t(rows * n_in), rng);
       if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
@@ -57,6 +80,14 @@ std::string check_gemv(GgmlType type) {
           // Two fused running sums per lane over ceil(units/slices) units, their sum, then the slices in order.
           const double chain = double((m.units + m.slices - 1) / m.slices) * double(cuda::unit_elems(type)) / 2;
           double bound = (chain + m.slices + 2) * kU * s;
+          if (m.mma) {  // x = hi + lo within 2^-16|x|; per group 2G exact products summed in the mma (2^-22 each,
+                        // truncating), scale and min fused per group, the slices in order, 32-term column sums
+            const double G = type == GgmlType::Q6_K ? 16 : 32, per_slice = 256 / G;
+            double mag = s;
+            for (int64_t i = 0; i < n_in; ++i)
+              mag += mins[size_t(o * n_in + i)] * std::fabs(double(x[size_t(r * n_in + i)]));
+            bound = (0x1.0p-16 + (2 * G + 4) * 0x1.0p-22 + (2 * per_slice + m.slices + 34) * kU) * mag;
+          }
           if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
             return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", ggml_type_name(type), n_in, n_out,
                                rows, r, o, got, ref, bound);
@@ -89,6 +120,7 @@ std::string check_cuda_rmsnorm();
 std::string check_cuda_swiglu();
 std::string check_cuda_rope();
 std::string check_cuda_attention();
+std::string check_cuda_attention_mma();
 std::string check_cuda_embedding(GgmlType type);
 std::string check_cuda_kv_store();
 std::string check_cuda_residual();
@@ -107,8 +139,16 @@ int main() {
   std::map<std::string, std::function<std::string()>> checks = {
       {"rmsnorm", contract::check_cuda_rmsnorm},    {"swiglu", contract::check_cuda_swiglu},
       {"rope", contract::check_cuda_rope},          {"attention", contract::check_cuda_attention},
+      {"attention_mma", contract::check_cuda_attention_mma},
       {"kv_store", contract::check_cuda_kv_store},  {"residual_add", contract::check_cuda_residual},
       {"gather_rows", contract::check_cuda_gather}, {"sample_candidates", contract::check_cuda_candidates}};
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"mma.q4_0", GgmlType::Q4_0},
+                         {"mma.q4_1", GgmlType::Q4_1},
+                         {"mma.q8_0", GgmlType::Q8_0},
+                         {"mma.q4_k", GgmlType::Q4_K},
+                         {"mma.q6_k", GgmlType::Q6_K},
+                         {"mma.bf16", GgmlType::BF16}})
+    checks[name] = [t = t] { return contract::check_gemv(t, false); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16},
@@ -117,7 +157,7 @@ int main() {
                          {"gemv.q8_0", GgmlType::Q8_0},
                          {"gemv.q4_k", GgmlType::Q4_K},
                          {"gemv.q6_k", GgmlType::Q6_K}})
-    checks[name] = [t = t] { return contract::check_gemv(t); };
+    checks[name] = [t = t] { return contract::check_gemv(t, true); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"embedding.q8_0", GgmlType::Q8_0},
                          {"embedding.q4_k", GgmlType::Q4_K},
                          {"embedding.q6_k", GgmlType::Q6_K},

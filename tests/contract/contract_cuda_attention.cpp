@@ -17,13 +17,14 @@ T* upload(const std::vector<T>& h) {
   return p;
 }
 
-std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
+// `mma`: the tensor-core kernel, checked against its own derived bound; else the warp-parallel one.
+std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, bool mma, const std::vector<int32_t>& pos,
+                       const std::vector<int32_t>& seq) {
   const int64_t P = 16, kvr = nkv * hd, max_keys = 2000, max_pages = (max_keys + 1 + P) / P, n_seq = 2;
   const int64_t page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
   auto pool = random_floats(size_t(n_pages * page_floats), rng);
   std::vector<int32_t> table(size_t(n_seq * max_pages));
   for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * 7 + 3) % n_pages);  // scrambled
-  const std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
   const int64_t rows = int64_t(pos.size());
   const int64_t qs = nh * hd + 2 * kvr;  // query rows as the fused QKV product lays them out
   auto q = random_floats(size_t(rows * qs), rng);
@@ -36,7 +37,13 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
   int32_t *dtable = upload(table), *dpos = upload(pos), *dseq = upload(seq);
   float* dout = static_cast<float*>(cuda::device_alloc(size_t(rows * nh * hd) * 4));
   cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
-  cuda::attention(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, max_keys, dout);
+  auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
+    if (mma)
+      cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout);
+    else
+      cuda::attention(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, max_keys, dout);
+  };
+  run(dq, rows, dpos, dseq);
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
@@ -50,14 +57,20 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
       for (int64_t i = 0; i < hd; ++i) {
         const double ref = ref_head.out[size_t(i)];
         const double got = out[size_t((r * nh + h) * hd + i)];
-        if (!(std::fabs(got - ref) <= ref_head.bound[size_t(i)])) {
+        // Tensor cores: scores off by max_s (4 * 2^-16 + 3 hd 2^-22) (splits, lo x lo dropped, mma sums), which
+        // moves each p_j by twice that; P V splits and mma sums; the warps' merge.
+        const double bound =
+            mma ? ref_head.mag[size_t(i)] * (2 * ref_head.max_s * (4 * 0x1.0p-16 + 3 * double(hd) * 0x1.0p-22) +
+                                             6 * 0x1.0p-16 + (double(nk) / 16 + 16) * 0x1.0p-22 + 16 * kU)
+                : ref_head.bound[size_t(i)];
+        if (!(std::fabs(got - ref) <= bound)) {
           why = fmt::format("hd {} pos {} head {} [{}]: {} vs {}", hd, pos[size_t(r)], h, i, got, ref);
           break;
         }
       }
     }
     if (why.empty()) {
-      cuda::attention(dq + r * qs, qs, 1, dpos + r, dseq + r, kv, nh, nkv, hd, scale, max_keys, dout);
+      run(dq + r * qs, 1, dpos + r, dseq + r);
       cuda::copy_to_host(alone.data(), dout, alone.size() * 4);
       if (first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()) >= 0)
         why = fmt::format("hd {}: row at pos {} differs when computed alone", hd, pos[size_t(r)]);
@@ -73,8 +86,24 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng) {
 
 std::string check_cuda_attention() {
   std::mt19937 rng(23);
-  if (auto why = check_case(64, 9, 3, rng); !why.empty()) return why;
-  return check_case(128, 32, 8, rng);
+  const std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
+  if (auto why = check_case(64, 9, 3, rng, false, pos, seq); !why.empty()) return why;
+  return check_case(128, 32, 8, rng, false, pos, seq);
+}
+
+// Decode-like rows of two sequences, then a prefill chunk (37 consecutive positions) with another sequence's rows
+// inside and after it: every row must equal the row computed alone.
+std::string check_cuda_attention_mma() {
+  std::mt19937 rng(29);
+  std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
+  if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
+  if (auto why = check_case(128, 32, 8, rng, true, pos, seq); !why.empty()) return why;
+  pos.clear(), seq.clear();
+  for (int32_t p = 500; p < 537; ++p) pos.push_back(p), seq.push_back(0);
+  pos.insert(pos.begin() + 9, 40), seq.insert(seq.begin() + 9, 1);
+  for (int32_t p : {10, 11, 12}) pos.push_back(p), seq.push_back(1);
+  if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
+  return check_case(128, 32, 8, rng, true, pos, seq);
 }
 
 }  // namespace tf::contract

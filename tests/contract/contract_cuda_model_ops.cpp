@@ -49,8 +49,8 @@ std::string check_cuda_embedding(GgmlType type) {
   const int64_t n_embd = 512, n_vocab = 300;
   auto wb = random_weight(type, n_embd, n_vocab, rng);
   const int64_t row_bytes = int64_t(wb.size()) / n_vocab;
-  Buf<uint8_t> dw(std::vector<uint8_t>(cuda::device_matrix_bytes(type, n_embd, n_vocab)));
-  const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_embd, n_vocab, dw.p);
+  Buf<uint8_t> dw(std::vector<uint8_t>(cuda::device_matrix_bytes(type, n_embd, n_vocab, true)));
+  const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_embd, n_vocab, dw.p, true);
   for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
     std::vector<int32_t> ids(static_cast<size_t>(rows));
     for (auto& id : ids) id = int32_t(rng() % uint32_t(n_vocab - 1));

@@ -106,7 +106,8 @@ AttnRef attention_reference(const float* q, int64_t hd, int64_t n_keys, float sc
   }
   double sum = 0;
   for (auto& e : sc) sum += e = std::exp(e - mx);
-  AttnRef r{std::vector<double>(static_cast<size_t>(hd)), std::vector<double>(static_cast<size_t>(hd))};
+  AttnRef r{std::vector<double>(static_cast<size_t>(hd)), std::vector<double>(static_cast<size_t>(hd)),
+            std::vector<double>(static_cast<size_t>(hd)), max_s};
   for (int64_t i = 0; i < hd; ++i) {
     double mag = 0;
     for (int64_t j = 0; j < n_keys; ++j) {
@@ -114,6 +115,7 @@ AttnRef attention_reference(const float* q, int64_t hd, int64_t n_keys, float sc
       mag += sc[size_t(j)] / sum * std::fabs(v(j)[i]);
     }
     r.bound[size_t(i)] = 4 * kU * mag * (double(hd) * max_s + double(n_keys) + 8);
+    r.mag[size_t(i)] = mag;
   }
   return r;
 }

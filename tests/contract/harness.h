@@ -32,7 +32,8 @@ RefDot ref_dot(const double* w, const float* x, int64_t n);
 // float64 attention of one query head over keys [0, n_keys) (k(j), v(j): that head's key and value vectors), with
 // each output's bound 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8).
 struct AttnRef {
-  std::vector<double> out, bound;
+  std::vector<double> out, bound, mag;  // mag: sum p_j |v_j| per output
+  double max_s = 0;                     // max_j scale * sum |q k_j|
 };
 AttnRef attention_reference(const float* q, int64_t hd, int64_t n_keys, float scale,
                             const std::function<const float*(int64_t)>& k, const std::function<const float*(int64_t)>& v);

@@ -7,6 +7,8 @@
 
 #include "backend/ctl.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_mma.h"
+#include "backend/cuda/mma_pack.h"
 #include "backend/cuda/cuda_stream.cuh"
 
 namespace tf::cuda {
@@ -85,18 +87,20 @@ bool gemv_supports(GgmlType t) {
 int64_t gemv_block_elems(GgmlType t) { return split_of(t).elems; }
 int64_t unit_elems(GgmlType t) { return split_of(t).elems; }
 
-size_t device_matrix_bytes(GgmlType type, int64_t n_in, int64_t n_out) {
+size_t device_matrix_bytes(GgmlType type, int64_t n_in, int64_t n_out, bool table) {
+  if (!table && mma_layout(type, n_in)) return mma_matrix_bytes(type, n_in, n_out);
   const Split sp = split_of(type);
   const int64_t units = n_in / sp.elems, tiles = (n_out + 31) / 32;
   return align256(size_t(tiles * units * sp.chunks * 512)) + align256(size_t(tiles * units * 32 * sp.s_bytes));
 }
 
-DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_t n_out, void* dst) {
+DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_t n_out, void* dst, bool table) {
+  if (!table && mma_layout(type, n_in)) return mma_upload(type, host, n_in, n_out, dst, copy_to_device);
   const Split sp = split_of(type);
   if (n_in % sp.elems != 0) throw std::runtime_error("CUDA weights: rows are not whole blocks");
   const int64_t units = n_in / sp.elems, tiles = (n_out + 31) / 32, row_bytes = units * sp.block_bytes;
   auto* d = static_cast<uint8_t*>(dst);
-  DeviceMatrix m{type, d, d + align256(size_t(tiles * units * sp.chunks * 512)), n_in, n_out, units, 1};
+  DeviceMatrix m{type, d, d + align256(size_t(tiles * units * sp.chunks * 512)), nullptr, n_in, n_out, units, 1};
   // Enough warps per tile to fill the device on narrow matrices; a function of the shape alone.
   m.slices = int(std::min<int64_t>(tiles >= 512 ? 8 : 16, units));
   const auto* src = static_cast<const uint8_t*>(host);
@@ -135,12 +139,21 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
     throw std::runtime_error("gemv: misaligned weights or activations");
   if (n_rows == 0) return;
   const int ctl = active_control();
+  if (w.mma) {
+    mma_gemv(w, x, n_rows, y, residual, ctl);
+    check(cudaGetLastError(), "gemv launch");
+    return;
+  }
   if (!weight_kernels_float(w, x, n_rows, y, residual, nullptr, nullptr, ctl))
     weight_kernels_quant(w, x, n_rows, y, residual, nullptr, nullptr, ctl);
   check(cudaGetLastError(), "gemv launch");
 }
 
+size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_scratch_bytes(w, n_rows) : 0; }
+void reserve_gemv_scratch(size_t bytes) { mma_reserve(bytes); }
+
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out) {
+  if (w.mma) throw std::runtime_error("embedding: the table was uploaded for products, not lookups");
   if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
     throw std::runtime_error("embedding: unsupported format");
   if (n_rows == 0) return;

@@ -11,24 +11,37 @@ int device_count();  // 0 without a driver or a device
 bool gemv_supports(GgmlType type);
 int64_t gemv_block_elems(GgmlType type);  // rows must be whole blocks of this many elements
 
-// Weights on the device, losslessly tiled so a warp reads whole 512-byte lines: 32 columns per tile, each block split
-// into 16-byte payload chunks (q) and scales (s); `slices` (warps per column) depends on the shape only.
+// Weights on the device, losslessly repacked. Products of Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and BF16 rows of whole
+// 64-element steps use the tensor-core layout (`mma`): per 16-row tile and 64 columns, each lane's mma fragment values
+// as small integers (q), Q6_K's high bits (h), and per 256-column slice each row's block scales (s). Everything else,
+// and embedding tables, use the tiled layout: 32 columns per tile, each block split into 16-byte payload chunks (q)
+// and scales (s); `slices` (warps per column) depends on the shape only.
 struct DeviceMatrix {
   GgmlType type = GgmlType::F32;
   const uint8_t* q = nullptr;
   const uint8_t* s = nullptr;
+  const uint8_t* h = nullptr;
   int64_t n_in = 0, n_out = 0, units = 0;
   int slices = 1;
+  bool mma = false;
 };
 // Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
 int64_t unit_elems(GgmlType type);
-size_t device_matrix_bytes(GgmlType type, int64_t n_in, int64_t n_out);
+// Whether products with this matrix run on tensor cores (a function of format and row length only).
+bool mma_layout(GgmlType type, int64_t n_in);
+// `table`: the matrix is read by embedding() (tiled layout), not by gemv().
+size_t device_matrix_bytes(GgmlType type, int64_t n_in, int64_t n_out, bool table = false);
 // Repacks a GGUF tensor (host memory, [n_out] rows of blocks) into `dst` (device, device_matrix_bytes long).
-DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_t n_out, void* dst);
+DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_t n_out, void* dst, bool table = false);
+// Device scratch that gemv() needs for `n_rows` rows; reserve it before a graph capture, which cannot allocate.
+size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
+void reserve_gemv_scratch(size_t bytes);
 
-// y[r, o] = sum_c W[o, c] * x[r, c]: a block per tile, a warp per slice, a lane per column; two running sums per
-// lane, then the slices in order. Each row's arithmetic is the same whatever n_rows is. x and y are device memory.
-// With `residual` (which may be y itself), y = residual + that sum, one rounding, as a separate add would give.
+// y[r, o] = sum_c W[o, c] * x[r, c]. Tiled layout: a block per tile, a warp per slice, a lane per column; two
+// running sums per lane, then the slices in order. Tensor-core layout: x split into bf16 hi + lo; per scale group an
+// exact integer-weight mma sum, scaled in a fused step; per 256-column slice a partial, the partials added in order.
+// Each row's arithmetic is the same whatever n_rows is. x and y are device memory. With `residual` (which may be y
+// itself), y = residual + that sum, one rounding, as a separate add would give.
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr);
 // Rows ids[r] of a [n_vocab, n_embd] matrix, decoded exactly, into out [n_rows, n_embd]; ids in device memory.
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out);

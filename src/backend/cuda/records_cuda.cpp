@@ -5,7 +5,7 @@ namespace {
 
 std::vector<KernelRecord> make_records() {
   const char* shapes =
-      "n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
+      "tiled layout (F32, F16, tables, rows not a multiple of 64): n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
   const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row; the in-place residual form";
   const char* bound =
       "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices "
@@ -19,6 +19,19 @@ std::vector<KernelRecord> make_records() {
                  sweep,
                  bound,
                  {{101, "non-finite activation read as 0"}, {102, "row reads its neighbour's activations"}}});
+  for (const char* f : {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "bf16"})
+    r.push_back({std::string("mma.") + f,
+                 "cuda",
+                 {f},
+                 "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
+                 "rows (up to 32: slices in separate blocks, then added in order; more: 2x2 warps of 32x32)",
+                 "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,64; a NaN row; the "
+                 "in-place residual form",
+                 "|y - y64| <= (2^-16 + (2G+4) * 2^-22 + (2*256/G + slices + 34) * 2^-24) * sum (|w_i| + |min_i|)|x_i|: "
+                 "x = bf16 hi + lo, G-column scale groups summed exactly-in-product by the mma, fused scale and min",
+                 {{101, "non-finite activation read as 0"},
+                  {102, "row reads its neighbour's activations"},
+                  {103, "the activations' lo part dropped"}}});
   r.push_back({"rmsnorm",
                "cuda",
                {"f32"},
@@ -47,6 +60,15 @@ std::vector<KernelRecord> make_records() {
        "paged KV, GQA, causal over [0, pos], strided query rows, head_dim a multiple of 32 up to 256, keys <= 48K",
        "head_dim 64 and 128, 9/3 and 32/8 heads, keys 1..2000, rows at mixed positions of two sequences",
        "|o - o64| <= 4 * 2^-24 * sum p_j|v_j| * (head_dim * max_j scale*sum|q k_j| + n_keys + 8)",
+       {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
+  r.push_back(
+      {"attention_mma",
+       "cuda",
+       {"f32"},
+       "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any sequences",
+       "head_dim 64 and 128, 9/3 and 32/8 heads; decode rows of two sequences; a 37-row prefill chunk with another "
+       "sequence's rows inside; every row against itself alone",
+       "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * 2^-24)",
        {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,

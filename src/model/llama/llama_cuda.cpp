@@ -23,6 +23,7 @@ struct Plan {
     std::vector<std::string> parts;
     bool matrix;
     int64_t n_in, n_out;
+    bool table;  // read by the embedding lookup, not by products
     size_t offset, bytes;
   };
   std::vector<Item> items;
@@ -47,10 +48,12 @@ std::string matrix_refusal(const GgufFile& f, const std::string& name, int64_t n
 Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
   Plan p;
   const int64_t E = c.n_embd, Dq = c.n_head * c.head_dim_k, Dkv = c.n_head_kv * c.head_dim_k;
-  auto mat = [&](const std::string& name, int64_t n_in, int64_t n_out) {
-    if (auto why = matrix_refusal(f, name, n_in, n_out); !why.empty()) fail("{}: {}", f.path(), why);
-    const size_t bytes = cuda::device_matrix_bytes(f.tensor(name)->type, n_in, n_out);
-    p.items.push_back({name, {name}, true, n_in, n_out, p.total, bytes});
+  auto mat = [&](const std::string& name, int64_t n_in, int64_t n_out, bool table = false,
+                 const std::string& source = {}) {
+    const std::string& src = source.empty() ? name : source;
+    if (auto why = matrix_refusal(f, src, n_in, n_out); !why.empty()) fail("{}: {}", f.path(), why);
+    const size_t bytes = cuda::device_matrix_bytes(f.tensor(src)->type, n_in, n_out, table);
+    p.items.push_back({name, {src}, true, n_in, n_out, table, p.total, bytes});
     p.total += align_up(bytes);
   };
   auto vec = [&](const std::string& name, int64_t n, bool required) {
@@ -58,7 +61,7 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
       if (required) fail("{}: tensor '{}' is missing", f.path(), name);
       return;
     }
-    p.items.push_back({name, {name}, false, n, 1, p.total, size_t(n) * 4});
+    p.items.push_back({name, {name}, false, n, 1, false, p.total, size_t(n) * 4});
     p.total += align_up(size_t(n) * 4);
   };
   // Stacks same-format matrices (and their biases, all or none) into one item named `key`; false when it cannot.
@@ -74,16 +77,17 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
     int64_t total = 0;
     for (int64_t o : outs) total += o;
     const size_t bytes = cuda::device_matrix_bytes(f.tensor(names[0])->type, n_in, total);
-    p.items.push_back({key, names, true, n_in, total, p.total, bytes});
+    p.items.push_back({key, names, true, n_in, total, false, p.total, bytes});
     p.total += align_up(bytes);
     if (with_bias) {
-      p.items.push_back({key + ".bias", biases, false, total, 1, p.total, size_t(total) * 4});
+      p.items.push_back({key + ".bias", biases, false, total, 1, false, p.total, size_t(total) * 4});
       p.total += align_up(size_t(total) * 4);
     }
     return true;
   };
-  mat("token_embd.weight", E, c.n_vocab);
-  if (f.tensor("output.weight")) mat("output.weight", E, c.n_vocab);
+  // The lookup table and the output product read different layouts, so tied embeddings are uploaded twice.
+  mat("token_embd.weight", E, c.n_vocab, true);
+  mat("output.weight", E, c.n_vocab, false, f.tensor("output.weight") ? "" : "token_embd.weight");
   vec("output_norm.weight", E, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -158,7 +162,7 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
         }
         src = rows.data();
       }
-      mats[it.name] = cuda::upload_matrix(t0->type, src, it.n_in, it.n_out, base + it.offset);
+      mats[it.name] = cuda::upload_matrix(t0->type, src, it.n_in, it.n_out, base + it.offset, it.table);
     } else {
       tmp.clear();
       for (auto& part : it.parts) {
@@ -180,7 +184,7 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
     return i == by_name.end() ? nullptr : reinterpret_cast<const float*>(base + i->second->offset);
   };
   tok_embd_ = W("token_embd.weight");
-  output_ = by_name.count("output.weight") ? W("output.weight") : tok_embd_;
+  output_ = W("output.weight");
   output_norm_ = V("output_norm.weight");
   if (const GgufTensor* t = f.tensor("rope_freqs.weight")) {
     rope_freqs_.resize(size_t(cfg_.n_rot / 2));
@@ -281,6 +285,15 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
     off += align_up(size_t(sizes[i]) * 4);
   }
   cand_ = static_cast<char*>(scratch_) + off;
+  // The products' shared scratch too, so no graph capture ever needs to grow it.
+  size_t need = 0;
+  for (int64_t r : {R, std::min<int64_t>(R, 32)}) {
+    need = std::max(need, cuda::gemv_scratch_bytes(output_, r));
+    for (const DevLayer& L : layers_)
+      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        need = std::max(need, cuda::gemv_scratch_bytes(*m, r));
+  }
+  cuda::reserve_gemv_scratch(need);
 }
 
 }  // namespace tf

@@ -127,8 +127,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     cuda::kv_store(kp, vp, kv_stride, n, L.pos(d), L.row_seq(d), L.table(d), width, kv_, page_floats, layer_offset,
                    page_size_, kv_row_);
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
-    cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
-                    att_);
+    // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
+    if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv))
+      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_);
+    else
+      cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale,
+                      width * page_size_, att_);
     // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
     if (Ly.bo) {
       cuda::gemv(Ly.wo, att_, n, o_);

@@ -1,0 +1,230 @@
+// Tensor-core paged attention for every row count (decode, draft verify, prefill chunks): flash-style online softmax
+// over 32-key blocks at absolute positions, Q K^T and P V as bf16 hi/lo mma products with f32 accumulation.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_ctl.cuh"
+#include "backend/cuda/cuda_stream.cuh"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// A pair of floats as bf16 hi and lo parts (x = hi + lo within 2^-16 |x|).
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  __nv_bfloat162 l = __floats2bfloat162_rn(isfinite(hf.x) ? a - hf.x : 0.0f, isfinite(hf.y) ? b - hf.y : 0.0f);
+  hi = *reinterpret_cast<uint32_t*>(&h), lo = *reinterpret_cast<uint32_t*>(&l);
+}
+__device__ __forceinline__ const float* kv_row(const PagedKv& kv, int seq, int64_t j, bool value) {
+  const int32_t page = kv.page_table[int64_t(seq) * kv.max_pages + j / kv.page_size];
+  return kv.base + int64_t(page) * kv.page_floats + kv.layer_offset + (value ? kv.page_size * kv.kv_row : 0) +
+         (j % kv.page_size) * kv.kv_row;
+}
+
+// One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
+// sequences in a tile are taken in separate passes. Warp w owns the key blocks b = w mod 8; its state is merged with
+// the others' in warp order. A row's bits depend only on its own query, keys and position.
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out) {
+  __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16];
+  __shared__ float sm_o[16][D];
+  const int G = n_head / n_kv_head, RT = 16 / G;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * RT;
+  int kvh = blockIdx.y;
+  const int kvh_read = (TF_DCTL(142) && n_kv_head > 1) ? (kvh + 1) % n_kv_head : kvh;  // planted: wrong KV head
+  for (int first = 0; first < RT; ++first) {
+    const int64_t fr = row0 + first;
+    if (fr >= n_rows) break;
+    const int seq = row_seq[fr];
+    bool seen = false;
+    for (int e = 0; e < first; ++e) seen |= row_seq[row0 + e] == seq;
+    if (seen) continue;  // that sequence's pass already ran
+    // This pass: the tile's rows of `seq`; M row m is (row m / G, head m % G).
+    int64_t n_keys = 0;
+    for (int e = first; e < RT && row0 + e < n_rows; ++e)
+      if (row_seq[row0 + e] == seq) n_keys = max(n_keys, int64_t(pos[row0 + e]) + 1 + (TF_DCTL(141) ? 1 : 0));
+    int64_t lim[2];  // per M row of this lane: keys allowed (0: row not in the pass)
+    uint32_t qh[D / 16][4], ql[D / 16][4];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int m = g + 8 * hr, e = m / G;
+      const int64_t r = row0 + e;
+      const bool act = m < RT * G && r < n_rows && row_seq[r] == seq;
+      lim[hr] = act ? int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) : 0;
+      const float* qr = q + r * q_stride + (int64_t(kvh) * G + m % G) * D;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        float v[4] = {0, 0, 0, 0};
+        if (act) v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
+                 v[3] = qr[16 * kk + 2 * t + 9];
+        split2(v[0], v[1], qh[kk][hr], ql[kk][hr]);
+        split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
+      }
+    }
+    float o[D / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    for (int64_t b = warp; b * 32 < n_keys; b += kWarps) {
+      float s[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        const int64_t j = b * 32 + nt * 8 + g;
+        const float* kr = j < n_keys ? kv_row(kv, seq, j, false) + int64_t(kvh_read) * D : nullptr;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          float v[4] = {0, 0, 0, 0};
+          if (kr) v[0] = kr[16 * kk + 2 * t], v[1] = kr[16 * kk + 2 * t + 1], v[2] = kr[16 * kk + 2 * t + 8],
+                  v[3] = kr[16 * kk + 2 * t + 9];
+          uint32_t kh0, kl0, kh1, kl1;
+          split2(v[0], v[1], kh0, kl0);
+          split2(v[2], v[3], kh1, kl1);
+          mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
+          mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
+          mma16816(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
+        }
+      }
+      // Scaled, causally masked scores; the block's row maxima and the running state's rescale.
+      float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = b * 32 + nt * 8 + 2 * t + (e & 1);
+          s[nt][e] = j < lim[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
+          bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
+        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
+        const float mn = fmaxf(mrun[hr], bmax[hr]);
+        alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
+        mrun[hr] = mn;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
+          rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
+        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
+        lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
+      }
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dn][e] = __fmul_rn(o[dn][e], alpha[e >> 1]);
+      // P (as the A operand, keys along k) times V, 16 keys per step.
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t ph[4], pl[4];
+        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        const int64_t j0 = b * 32 + 16 * kk + 2 * t;
+        const float* vr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
+          vr[i] = j < n_keys ? kv_row(kv, seq, j, true) + int64_t(kvh_read) * D : nullptr;
+        }
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          const int d = dn * 8 + g;
+          uint32_t vh0, vl0, vh1, vl1;
+          split2(vr[0] ? vr[0][d] : 0.0f, vr[1] ? vr[1][d] : 0.0f, vh0, vl0);
+          split2(vr[2] ? vr[2][d] : 0.0f, vr[3] ? vr[3][d] : 0.0f, vh1, vl1);
+          mma16816(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+          mma16816(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+          mma16816(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+        }
+      }
+    }
+    // Merge the warps' states in warp order: M = max m_w, L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M).
+    if (t == 0)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
+    __syncthreads();
+    if (threadIdx.x < 16) {
+      const int m = threadIdx.x;
+      float M = -INFINITY, L = 0.0f;
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][m]);
+      for (int w = 0; w < kWarps; ++w) {
+        sm_f[w][m] = sm_m[w][m] == -INFINITY ? 0.0f : expf(sm_m[w][m] - M);
+        L = __fadd_rn(L, __fmul_rn(sm_l[w][m], sm_f[w][m]));
+      }
+      sm_L[m] = L;
+    }
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w)
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int m = g + 8 * (e >> 1), d = dn * 8 + 2 * t + (e & 1);
+            const float v = __fmul_rn(o[dn][e], sm_f[w][m]);
+            sm_o[m][d] = w == 0 ? v : __fadd_rn(sm_o[m][d], v);
+          }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
+      const int m = i / D, d = i % D, e = m / G;
+      const int64_t r = row0 + e;
+      if (m < RT * G && r < n_rows && row_seq[r] == seq)
+        out[(r * n_head + int64_t(kvh) * G + m % G) * D + d] = __fdiv_rn(sm_o[m][d], sm_L[m]);
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
+  return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 &&
+         n_head / n_kv_head <= 16;
+}
+
+void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+                   const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
+  if (!attention_mma_supports(head_dim, n_head, n_kv_head))
+    throw std::runtime_error("attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
+  if (n_rows == 0) return;
+  upload_control();
+  const int64_t rt = 16 / (n_head / n_kv_head);
+  const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head));
+  if (head_dim == 64)
+    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(q, q_stride, n_rows, pos, row_seq, kv,
+                                                                        int(n_head), int(n_kv_head), scale, out);
+  else
+    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(q, q_stride, n_rows, pos, row_seq, kv,
+                                                                         int(n_head), int(n_kv_head), scale, out);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,115 @@
+// Tensor-core products: activations split into bf16 hi + lo fragments, the mma kernels, the slice reduction, and
+// the device scratch they share.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/cuda_mma.h"
+#include "backend/cuda/mma_kernels.cuh"
+
+namespace tf::cuda {
+
+bool mma_kernels_a(const MmaArgs& a);
+bool mma_kernels_b(const MmaArgs& a);
+
+namespace {
+
+void check(cudaError_t e, const char* op) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float bf16_lo_of(float x) {  // x - rn_bf16(x), exact in f32; 0 where x is not finite
+  const float hi = __bfloat162float(__float2bfloat16_rn(x));
+  return isfinite(hi) ? __fsub_rn(x, hi) : 0.0f;
+}
+
+// A thread per (row, 32-column group): the group's sum in column order and its hi/lo fragments for both steps.
+__global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint4* __restrict__ xs,
+                                   float* __restrict__ xsum, int ctl) {
+  const int64_t groups = n_in / 32, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_rows * groups) return;
+  const int64_t row = i / groups, gi = i % groups;
+  const float4* src = reinterpret_cast<const float4*>(x + row * n_in + gi * 32);
+  float v[32];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float4 f = __ldg(src + k);
+    v[4 * k] = f.x, v[4 * k + 1] = f.y, v[4 * k + 2] = f.z, v[4 * k + 3] = f.w;
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    if (TF_MCTL(101) && !isfinite(v[k])) v[k] = 0.0f;  // planted: a non-finite activation read as 0
+    s = __fadd_rn(s, v[k]);
+  }
+  xsum[i] = s;
+#pragma unroll
+  for (int st = 0; st < 2; ++st)
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float* a = v + 16 * st + 2 * t;
+      xs[((row * (n_in / 16)) + gi * 2 + st) * 4 + t] =
+          make_uint4(bf16_pair(a[0], a[1]), bf16_pair(a[8], a[9]), bf16_pair(bf16_lo_of(a[0]), bf16_lo_of(a[1])),
+                     bf16_pair(bf16_lo_of(a[8]), bf16_lo_of(a[9])));
+    }
+}
+
+// The slices' partials added in slice order, then the residual: the full kernel's exact sequence.
+__global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices, int64_t n, float* y,
+                                  const float* residual) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float sum = partial[i];
+  for (int s = 1; s < slices; ++s) sum = __fadd_rn(sum, partial[s * n + i]);
+  y[i] = residual ? __fadd_rn(residual[i], sum) : sum;
+}
+
+void* g_scratch = nullptr;
+size_t g_scratch_bytes = 0;
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
+  const size_t xs = align256(size_t(n_rows * w.n_in) * 4), xsum = align256(size_t(n_rows * (w.n_in / 32)) * 4);
+  const size_t part = n_rows <= kMmaSplitRows ? align256(size_t(w.slices * n_rows * w.n_out) * 4) : 0;
+  return xs + xsum + part;
+}
+
+void mma_reserve(size_t bytes) {
+  if (bytes <= g_scratch_bytes) return;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(launch_stream(), &cs), "capture query");
+  if (cs != cudaStreamCaptureStatusNone)
+    throw std::runtime_error("CUDA products: scratch too small inside a graph capture (reserve it first)");
+  if (g_scratch) check(cudaFree(g_scratch), "cudaFree");
+  g_scratch = nullptr, g_scratch_bytes = 0;
+  check(cudaMalloc(&g_scratch, bytes), "cudaMalloc (product scratch)");
+  g_scratch_bytes = bytes;
+}
+
+void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
+  if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
+  mma_reserve(mma_scratch_bytes(w, n_rows));
+  auto* base = static_cast<uint8_t*>(g_scratch);
+  auto* xs = reinterpret_cast<uint4*>(base);
+  auto* xsum = reinterpret_cast<float*>(base + align256(size_t(n_rows * w.n_in) * 4));
+  auto* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xsum) + align256(size_t(n_rows * (w.n_in / 32)) * 4));
+  const int64_t tasks = n_rows * (w.n_in / 32);
+  mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
+  const bool split = n_rows <= kMmaSplitRows;
+  MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
+  if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
+  if (split) {
+    const int64_t n = n_rows * w.n_out;
+    mma_reduce_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(part, w.slices, n, y, residual);
+  }
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,14 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_gemv.h"
+
+// Entry points of the tensor-core products (cuda_mma.cu), called by gemv() for matrices in the mma layout.
+namespace tf::cuda {
+
+size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
+void mma_reserve(size_t bytes);  // grows the shared scratch; refuses to inside a graph capture
+void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl);
+
+}  // namespace tf::cuda

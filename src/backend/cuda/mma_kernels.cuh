@@ -1,0 +1,206 @@
+#pragma once
+#include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_formats.cuh"
+
+// Tensor-core products over the layout of mma_pack.cpp. Per element (row r, output o) the arithmetic is fixed: for
+// each 256-column slice, for each scale group, C = 0 then one m16n8k16 per 16-column step with x's bf16 hi part and
+// one with its lo part; p = fma(scale, C, p) (and p = fma(min, X, p) with the group's column sum X); the slices'
+// p added in order. A warp holds 16 outputs x 8 rows per tile and no value crosses rows, so no row's bits depend on
+// the tile, the warp shape or how many rows share the call.
+namespace tf::cuda {
+
+#if defined(TF_CTL) && TF_CTL
+#define TF_MCTL(n) (ctl == (n))
+#else
+#define TF_MCTL(n) false
+#endif
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+struct MmaArgs {
+  DeviceMatrix w;
+  const uint4* xs;    // [rows][n_in/16 steps][4 lanes]: hi(2t,2t+1), hi(2t+8,2t+9), lo(...), lo(...)
+  const float* xsum;  // [rows][n_in/32]: each 32-column group's sum of x
+  int n_rows;
+  float* y;
+  const float* residual;
+  float* partial;  // [slices][rows][n_out] when the slices run in separate blocks
+  int ctl;
+};
+
+// One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
+template <int kType, int MT, int NT>
+__device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0, float (&p)[MT][NT][4]) {
+  using F = MmaF<kType>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  [[maybe_unused]] const int ctl = A.ctl;
+  const DeviceMatrix& w = A.w;
+  const int64_t tiles = (w.n_out + 15) / 16, steps = w.n_in / 16, groups32 = w.n_in / 32;
+  const int64_t rem = w.units - int64_t(sl) * 4;
+  const int nk = rem < 4 ? int(rem) : 4;
+  uint32_t meta[MT][2][F::kMeta > 0 ? F::kMeta : 1];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int k = 0; k < F::kMeta; ++k)
+        meta[mt][hr][k] = tile0 + mt < tiles ? __ldg(reinterpret_cast<const uint32_t*>(w.s) +
+                                                     (((tile0 + mt) * w.slices + sl) * 16 + g + 8 * hr) * F::kMeta + k)
+                                             : 0u;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[mt][nt][e] = 0.0f;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    if (kb >= nk) break;
+    const int64_t k64 = int64_t(sl) * 4 + kb;
+    typename F::Raw raw[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      raw[mt] = tile0 + mt < tiles ? F::load(w.q, w.h, ((tile0 + mt) * w.units + k64) * 32 + lane) : typename F::Raw{};
+    float c[MT][NT][4];
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      if (st % F::kSpg == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
+      }
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) F::frag(raw[mt], st, a[mt]);
+      const int64_t step = k64 * 4 + st;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        int64_t row = row0 + nt * 8 + g;
+        if (TF_MCTL(102) && row > 0 && step < 2) row -= 1;  // planted: a row reads its neighbour's activations
+        const uint4 b = row < A.n_rows ? __ldg(A.xs + (row * steps + step) * 4 + t) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(c[mt][nt], a[mt], b.x, b.y);
+          if (!TF_MCTL(103)) mma_bf16(c[mt][nt], a[mt], b.z, b.w);  // planted: the lo part dropped
+        }
+      }
+      if (st % F::kSpg == F::kSpg - 1) {
+        const int j = (kb * 4 + st) / F::kSpg;
+        float xsum[NT][2];
+        if constexpr (F::kMin) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int64_t row = row0 + nt * 8 + 2 * t + e;
+              xsum[nt][e] = row < A.n_rows ? __ldg(A.xsum + row * groups32 + sl * 8 + j) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float2 s[2] = {F::group(meta[mt][0], j), F::group(meta[mt][1], j)};
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if constexpr (F::kScaled)
+                p[mt][nt][e] = fmaf(s[e >> 1].x, c[mt][nt][e], p[mt][nt][e]);
+              else
+                p[mt][nt][e] = __fadd_rn(p[mt][nt][e], c[mt][nt][e]);
+              if constexpr (F::kMin) p[mt][nt][e] = fmaf(s[e >> 1].y, xsum[nt][e & 1], p[mt][nt][e]);
+            }
+        }
+      }
+    }
+  }
+}
+
+// Few rows: a warp per (MT x 16 outputs, slice), partials to memory, added in slice order by mma_reduce_kernel.
+template <int kType, int MT, int NT>
+__global__ void __launch_bounds__(128) mma_split_kernel(MmaArgs A) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t tile0 = (int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * MT, sl = blockIdx.y;
+  if (tile0 >= (A.w.n_out + 15) / 16) return;
+  float p[MT][NT][4];
+  mma_slice<kType, MT, NT>(A, tile0, int(sl), 0, p);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t o = (tile0 + mt) * 16 + g + 8 * (e >> 1), row = nt * 8 + 2 * t + (e & 1);
+        if (o < A.w.n_out && row < A.n_rows) A.partial[(sl * A.n_rows + row) * A.w.n_out + o] = p[mt][nt][e];
+      }
+}
+
+// Many rows: a block of 2 x 2 warps, each MT x NT tiles, every slice in order with the running total in registers.
+template <int kType, int MT, int NT>
+__global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+  const int64_t tile0 = (int64_t(blockIdx.x) * 2 + (warp & 1)) * MT;
+  const int64_t row0 = (int64_t(blockIdx.y) * 2 + (warp >> 1)) * NT * 8;
+  if (tile0 >= (A.w.n_out + 15) / 16 || row0 >= A.n_rows) return;
+  float tot[MT][NT][4];
+  for (int sl = 0; sl < A.w.slices; ++sl) {
+    float p[MT][NT][4];
+    mma_slice<kType, MT, NT>(A, tile0, sl, row0, p);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tot[mt][nt][e] = sl == 0 ? p[mt][nt][e] : __fadd_rn(tot[mt][nt][e], p[mt][nt][e]);
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t o = (tile0 + mt) * 16 + g + 8 * (e >> 1), row = row0 + nt * 8 + 2 * t + (e & 1);
+        if (o >= A.w.n_out || row >= A.n_rows) continue;
+        const int64_t at = row * A.w.n_out + o;
+        A.y[at] = A.residual ? __fadd_rn(A.residual[at], tot[mt][nt][e]) : tot[mt][nt][e];
+      }
+}
+
+constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks
+
+template <int kType>
+void launch_mma(const MmaArgs& A) {
+  const int64_t tiles = (A.w.n_out + 15) / 16;
+  if (A.n_rows <= kMmaSplitRows) {
+    // Several tiles per warp keep more weight bytes in flight; the tile count never changes a row's sums.
+    const unsigned per_block = A.n_rows <= 8 ? 16 : 8;
+    const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
+    switch ((A.n_rows + 7) / 8) {
+      case 1:
+        mma_split_kernel<kType, 4, 1><<<grid, 128, 0, launch_stream()>>>(A);
+        break;
+      case 2:
+        mma_split_kernel<kType, 2, 2><<<grid, 128, 0, launch_stream()>>>(A);
+        break;
+      case 3:
+        mma_split_kernel<kType, 2, 3><<<grid, 128, 0, launch_stream()>>>(A);
+        break;
+      default:
+        mma_split_kernel<kType, 2, 4><<<grid, 128, 0, launch_stream()>>>(A);
+        break;
+    }
+    return;
+  }
+  constexpr int MT = 2, NT = 4;
+  const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
+  mma_full_kernel<kType, MT, NT><<<grid, 128, 0, launch_stream()>>>(A);
+}
+
+}  // namespace tf::cuda
