@@ -89,12 +89,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float* kr = j < n_keys ? kv_row(kv, seq, j, false) + int64_t(kvh_read) * D : nullptr;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          float v[4] = {0, 0, 0, 0};
-          if (kr) v[0] = kr[16 * kk + 2 * t], v[1] = kr[16 * kk + 2 * t + 1], v[2] = kr[16 * kk + 2 * t + 8],
-                  v[3] = kr[16 * kk + 2 * t + 9];
+          float2 a = make_float2(0.0f, 0.0f), c = a;
+          if (kr) a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
+                  c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
           uint32_t kh0, kl0, kh1, kl1;
-          split2(v[0], v[1], kh0, kl0);
-          split2(v[2], v[3], kh1, kl1);
+          split2(a.x, a.y, kh0, kl0);
+          split2(c.x, c.y, kh1, kl1);
           mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
           mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
           mma16816(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);

@@ -179,21 +179,24 @@ template <int kType>
 void launch_mma(const MmaArgs& A) {
   const int64_t tiles = (A.w.n_out + 15) / 16;
   if (A.n_rows <= kMmaSplitRows) {
-    // Several tiles per warp keep more weight bytes in flight; the tile count never changes a row's sums.
-    const unsigned per_block = A.n_rows <= 8 ? 16 : 8;
+    // Several tiles per warp keep more weight bytes in flight (one for the wide BF16 loads, which would spill); the
+    // tile count never changes a row's sums.
+    constexpr int kWide = MmaF<kType>::kQ >= 64;
+    constexpr int MT1 = kWide ? 1 : 4, MT2 = kWide ? 1 : 2;
+    const unsigned per_block = 4 * (A.n_rows <= 8 ? MT1 : MT2);
     const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
     switch ((A.n_rows + 7) / 8) {
       case 1:
-        mma_split_kernel<kType, 4, 1><<<grid, 128, 0, launch_stream()>>>(A);
+        mma_split_kernel<kType, MT1, 1><<<grid, 128, 0, launch_stream()>>>(A);
         break;
       case 2:
-        mma_split_kernel<kType, 2, 2><<<grid, 128, 0, launch_stream()>>>(A);
+        mma_split_kernel<kType, MT2, 2><<<grid, 128, 0, launch_stream()>>>(A);
         break;
       case 3:
-        mma_split_kernel<kType, 2, 3><<<grid, 128, 0, launch_stream()>>>(A);
+        mma_split_kernel<kType, MT2, 3><<<grid, 128, 0, launch_stream()>>>(A);
         break;
       default:
-        mma_split_kernel<kType, 2, 4><<<grid, 128, 0, launch_stream()>>>(A);
+        mma_split_kernel<kType, MT2, 4><<<grid, 128, 0, launch_stream()>>>(A);
         break;
     }
     return;
