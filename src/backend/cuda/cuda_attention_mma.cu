@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         float v[4] = {0, 0, 0, 0};
-        if (act) v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
-                 v[3] = qr[16 * kk + 2 * t + 9];
+        if (act)
+          v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
+          v[3] = qr[16 * kk + 2 * t + 9];
         split2(v[0], v[1], qh[kk][hr], ql[kk][hr]);
         split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
       }
@@ -90,8 +91,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           float2 a = make_float2(0.0f, 0.0f), c = a;
-          if (kr) a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
-                  c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
+          if (kr)
+            a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
+            c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
           uint32_t kh0, kl0, kh1, kl1;
           split2(a.x, a.y, kh0, kl0);
           split2(c.x, c.y, kh1, kl1);
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[dn][e] = __fmul_rn(o[dn][e], alpha[e >> 1]);
-      // P (as the A operand, keys along k) times V, 16 keys per step.
+          // P (as the A operand, keys along k) times V, 16 keys per step.
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         uint32_t ph[4], pl[4];
@@ -205,14 +207,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
-  return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 &&
-         n_head / n_kv_head <= 16;
+  return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= 16;
 }
 
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                    const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
   if (!attention_mma_supports(head_dim, n_head, n_kv_head))
-    throw std::runtime_error("attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
+    throw std::runtime_error(
+        "attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
   if (n_rows == 0) return;
   upload_control();
   const int64_t rt = 16 / (n_head / n_kv_head);

@@ -100,7 +100,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   auto* base = static_cast<uint8_t*>(g_scratch);
   auto* xs = reinterpret_cast<uint4*>(base);
   auto* xsum = reinterpret_cast<float*>(base + align256(size_t(n_rows * w.n_in) * 4));
-  auto* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xsum) + align256(size_t(n_rows * (w.n_in / 32)) * 4));
+  auto* part =
+      reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xsum) + align256(size_t(n_rows * (w.n_in / 32)) * 4));
   const int64_t tasks = n_rows * (w.n_in / 32);
   mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
   const bool split = n_rows <= kMmaSplitRows;

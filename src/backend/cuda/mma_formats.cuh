@@ -16,7 +16,8 @@ __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
 // 128 + q as bf16 (exponent 2^7, q in the 7-bit mantissa) minus 128 + bias: exact, as both are small integers.
 __device__ __forceinline__ uint32_t bf16_ints(uint32_t pair_bits, uint32_t bias2) {
   const uint32_t v = pair_bits | 0x43004300u;
-  __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&bias2));
+  __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&bias2));
   return *reinterpret_cast<uint32_t*>(&r);
 }
 __device__ __forceinline__ float mma_byte_float(uint32_t word, int k) {  // int8 byte k, exactly

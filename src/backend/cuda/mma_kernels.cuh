@@ -34,7 +34,8 @@ struct MmaArgs {
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
 template <int kType, int MT, int NT>
-__device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0, float (&p)[MT][NT][4]) {
+__device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
+                                          float (&p)[MT][NT][4]) {
   using F = MmaF<kType>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   [[maybe_unused]] const int ctl = A.ctl;

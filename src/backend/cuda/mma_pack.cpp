@@ -140,7 +140,8 @@ DeviceMatrix mma_upload(GgmlType t, const void* host, int64_t n_in, int64_t n_ou
   const size_t row_bytes = size_t(n_in / f.block) * size_t(f.block_bytes);
   const auto* src = static_cast<const uint8_t*>(host);
   const int64_t per = std::max<int64_t>(1, (int64_t(32) << 20) / int64_t(n_in * 16 * 2));  // tiles per chunk
-  const size_t tq = size_t(s.k64 * 32 * f.q_bytes), th = size_t(s.k64 * 32 * 8), tm = size_t(s.slices * 16) * f.meta_words;
+  const size_t tq = size_t(s.k64 * 32 * f.q_bytes), th = size_t(s.k64 * 32 * 8),
+               tm = size_t(s.slices * 16) * f.meta_words;
   std::vector<uint8_t> qb, hb;
   std::vector<uint32_t> mb;
   for (int64_t t0 = 0; t0 < s.tiles; t0 += per) {
