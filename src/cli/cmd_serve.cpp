@@ -25,13 +25,19 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--host", o->s.host);
   c->add_option("--port", o->s.port);
   c->add_option("--name", o->s.name, "model id (default: the file name without .gguf)");
-  c->add_option("--context", o->s.engine.context, "context size in tokens (prompt + reply)");
-  c->add_option("--parallel", o->s.engine.parallel, "sequences decoded together per lane round");
-  c->add_option("--max-queue", o->s.engine.max_queue, "waiting requests before 503");
-  c->add_option("--chunk", o->s.engine.chunk, "prompt tokens per sequence per round");
-  c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache");
+  c->add_option("--context", o->s.engine.context, "context size in tokens (prompt + reply)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  c->add_option("--parallel", o->s.engine.parallel, "sequences decoded together per lane round")
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--max-queue", o->s.engine.max_queue, "waiting requests before 503")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  c->add_option("--chunk", o->s.engine.chunk, "prompt tokens per sequence per round")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache")
+      ->check(CLI::Range(0.0, 1.0e6));
   c->add_option("--drafter", o->s.engine.drafter, "auto, none or ctx");
-  c->add_option("--draft-max", o->s.engine.draft_max, "drafted tokens per round and sequence");
+  c->add_option("--draft-max", o->s.engine.draft_max, "drafted tokens per round and sequence")
+      ->check(CLI::Range(int64_t(0), int64_t(64)));
   c->add_flag_callback(
       "--no-drafts", [o] { o->s.engine.drafter = "none"; }, "serve every request serially");
   c->add_option("--api-key-file", o->key_file, "accepted API keys, one per line (raw or sha256:HEX)");

@@ -143,6 +143,13 @@ def test_backend_unknown_value_refused(tf_bin, model_path):
     assert proc.returncode != 0 and "auto, cpu, cuda" in proc.stderr, shown(proc)
 
 
+@pytest.mark.parametrize("flag,value", [("--parallel", 0), ("--chunk", 0), ("--context", 0), ("--draft-max", -1),
+                                        ("--max-queue", -1), ("--prompt-cache-gib", -1)])
+def test_serve_refuses_an_out_of_range_setting_naming_it(tf_bin, model_path, flag, value):
+    proc = tf(tf_bin, "serve", model_path, "--port", "1", flag, value, timeout=60)
+    assert proc.returncode != 0 and flag in proc.stderr, shown(proc)
+
+
 def test_cuda_refuses_a_format_it_cannot_read(tf_bin, model_path, tmp_path):
     # Where CUDA runs the default model: a Q5_K model is refused by --backend cuda naming the tensor, and served on
     # the CPU by --backend auto with the reason.
