@@ -100,6 +100,14 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+namespace {
+EngineResult cancelled_result() {
+  EngineResult r;
+  r.finish_reason = "cancelled";
+  return r;
+}
+}  // namespace
+
 void Engine::run() {
   for (;;) {
     {
@@ -112,13 +120,18 @@ void Engine::run() {
     } catch (const std::exception& e) {
       // A failed forward is a bug; end the affected requests rather than the server.
       log::error("lane round failed: {}", e.what());
-      for (auto& s : running_) finish(*s, "cancelled");
+      for (auto& s : running_) {
+        s->result.error = e.what();
+        finish(*s, "error");
+      }
+      std::lock_guard<std::mutex> lk(mu_);
       running_.clear();
+      stats_.running = 0;
     }
   }
   for (auto& s : running_) finish(*s, "cancelled");
   std::lock_guard<std::mutex> lk(mu_);
-  for (auto& w : waiting_) w.handle->finish(EngineResult{{}, {}, "cancelled"});
+  for (auto& w : waiting_) w.handle->finish(cancelled_result());
 }
 
 void Engine::admit() {
@@ -127,7 +140,7 @@ void Engine::admit() {
   while (int(running_.size()) < opts_.parallel && !waiting_.empty()) {
     Waiting& w = waiting_.front();
     if (w.handle->cancelled()) {
-      w.handle->finish(EngineResult{{}, {}, "cancelled"});
+      w.handle->finish(cancelled_result());
       waiting_.pop_front();
       continue;
     }
@@ -278,13 +291,13 @@ void Engine::emit(Seq& s, int32_t token, const LogitRow& logits) {
 void Engine::finish(Seq& s, const std::string& reason) {
   if (s.done) return;
   s.done = true;
-  if (reason != "cancelled" && !s.stops->stopped()) {
+  if (reason != "cancelled" && reason != "error" && !s.stops->stopped()) {
     std::string tail = s.stops->push(s.detok->flush());
     if (!s.stops->stopped()) tail += s.stops->flush();
     s.result.text += tail;
     s.handle->push(tail, nullptr);
   }
-  s.result.finish_reason = s.stops->stopped() ? "stop" : reason;
+  s.result.finish_reason = reason == "error" ? reason : s.stops->stopped() ? "stop" : reason;
   s.result.total_s = now_s() - s.submitted;
   kv_->release(s.lease, s.tokens, s.n_fed);
   {

@@ -30,7 +30,8 @@ struct TokenLogprob {
 struct EngineResult {
   std::vector<int32_t> ids;    // reply tokens, through the one that ended it
   std::string text;            // without stop string and special tokens
-  std::string finish_reason;   // "stop", "length", or "cancelled"
+  std::string finish_reason;   // "stop", "length", "cancelled", or "error" (the model failed; see error)
+  std::string error;           // what failed, for "error"
   int64_t prompt_tokens = 0, cached_tokens = 0, draft_tokens = 0, accepted_tokens = 0;
   double queue_s = 0, ttft_s = 0, total_s = 0;
   std::vector<double> token_gaps_s;  // time between successive reply tokens

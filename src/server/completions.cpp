@@ -54,9 +54,10 @@ EngineRequest ServerContext::prepare(const CompletionRequest& q) const {
                                     "left for the reply)", n, ctx), field, "invalid_request_error",
                    "context_length_exceeded");
   if (q.max_tokens && n + *q.max_tokens > ctx)
-    throw ApiError(400, fmt::format("the prompt has {} tokens and max_tokens is {}, together more than the context "
-                                    "of {}; at most {} tokens can be generated", n, *q.max_tokens, ctx, ctx - n),
-                   "max_tokens", "invalid_request_error", "context_length_exceeded");
+    throw ApiError(400, fmt::format("the prompt has {} tokens and {} is {}, together more than the context "
+                                    "of {}; at most {} tokens can be generated", n, q.max_tokens_field, *q.max_tokens,
+                                    ctx, ctx - n),
+                   q.max_tokens_field, "invalid_request_error", "context_length_exceeded");
   g.max_tokens = q.max_tokens.value_or(std::min(opts.max_tokens, ctx - n));
   g.sampling.temperature = q.temperature.value_or(opts.temperature);
   g.sampling.top_p = q.top_p.value_or(opts.top_p);
@@ -69,6 +70,11 @@ EngineRequest ServerContext::prepare(const CompletionRequest& q) const {
   g.top_logprobs = q.top_logprobs;
   return g;
 }
+
+ApiError engine_failure(const EngineResult& r) {
+  return ApiError(500, "the model failed while generating this reply: " + r.error, "", "server_error", "engine_error");
+}
+json error_json(const ApiError& e) { return json::parse(e.body()); }
 
 std::shared_ptr<RequestHandle> ServerContext::submit(const EngineRequest& e) {
   try {
@@ -134,6 +140,7 @@ void handle_completion(ServerContext& c, const std::string& body, httplib::Respo
   if (!q.stream) {
     const EngineResult& r = h->wait_result();
     c.metrics.observe(r);
+    if (r.finish_reason == "error") throw engine_failure(r);
     res.set_content(completion_response(q, c.result_of(q, e, r, id, created)).dump(), "application/json");
     return;
   }
@@ -162,6 +169,11 @@ void handle_completion(ServerContext& c, const std::string& body, httplib::Respo
     }
     const EngineResult& r = h->wait_result();
     c.metrics.observe(r);
+    if (r.finish_reason == "error") {  // the reply so far stands; the stream ends with the error, not a finish
+      send_sse(sink, error_json(engine_failure(r)));
+      sink.done();
+      return true;
+    }
     CompletionResult fin = c.result_of(q, e, r, id, created);
     fin.logprobs = nullptr;
     json last = stream_chunk(q, fin, "", false, fin.finish_reason);

@@ -5,6 +5,7 @@
 
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
@@ -39,5 +40,8 @@ std::string random_id(const char* prefix);
 int64_t unix_now();
 // Writes "data: JSON\n\n" (with an "event:" line when given); false when the client has gone.
 bool send_sse(httplib::DataSink& sink, const nlohmann::json& j, const char* event = nullptr);
+// A request the model failed on: a 500 naming what failed (as a stream's last event, its JSON body).
+ApiError engine_failure(const EngineResult& r);
+nlohmann::json error_json(const ApiError& e);
 
 }  // namespace tf::server

@@ -120,7 +120,8 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   }
   if (auto n = integer(j, "n", 1); n && *n != 1) bad("n", "'n' must be 1: one choice per request is supported");
   q.max_tokens = integer(j, "max_completion_tokens", 1);
-  if (auto mt = integer(j, "max_tokens", 1)) q.max_tokens = mt;
+  if (q.max_tokens) q.max_tokens_field = "max_completion_tokens";
+  if (auto mt = integer(j, "max_tokens", 1)) q.max_tokens = mt, q.max_tokens_field = "max_tokens";
   q.temperature = number(j, "temperature", 0.0, 100.0);
   q.top_p = number(j, "top_p", 0.0, 1.0);
   q.min_p = number(j, "min_p", 0.0, 1.0);

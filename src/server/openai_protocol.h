@@ -18,6 +18,7 @@ struct CompletionRequest {
   std::optional<std::string> prompt_text;  // completions
   std::vector<int32_t> prompt_ids;         // completions given as ids
   std::optional<int64_t> max_tokens;
+  std::string max_tokens_field = "max_tokens";  // the request's own name for it, for errors
   std::optional<double> temperature, top_p, min_p;
   std::optional<int64_t> top_k;
   std::optional<uint64_t> seed;

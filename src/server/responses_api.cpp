@@ -48,7 +48,14 @@ json chat_body(const json& j) {
   json body = {{"messages", messages}};
   for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "top_k", "min_p", "draft", "ignore_eos"})
     if (j.contains(k)) body[k] = j[k];
-  if (j.contains("max_output_tokens")) body["max_tokens"] = j["max_output_tokens"];
+  if (j.contains("max_output_tokens")) {  // checked here so that errors name the Responses field
+    const json& v = j["max_output_tokens"];
+    if (!v.is_null() &&
+        (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() < 1 : v.get<int64_t>() < 1)))
+      throw ApiError(400, fmt::format("'max_output_tokens' must be a positive integer, got {}", v.dump()),
+                     "max_output_tokens");
+    body["max_tokens"] = v;
+  }
   return body;
 }
 
@@ -77,6 +84,7 @@ json response_object(const std::string& id, const std::string& msg_id, int64_t c
 void handle_responses(ServerContext& c, const std::string& body, httplib::Response& res) {
   json j = parse_json_object(body);
   CompletionRequest q = parse_completion_request(chat_body(j).dump(), true);
+  q.max_tokens_field = "max_output_tokens";
   EngineRequest e = c.prepare(q);
   const std::string id = random_id("resp_"), msg_id = random_id("msg_");
   const int64_t created = unix_now();
@@ -88,6 +96,7 @@ void handle_responses(ServerContext& c, const std::string& body, httplib::Respon
   if (!q.stream) {
     const EngineResult& r = h->wait_result();
     c.metrics.observe(r);
+    if (r.finish_reason == "error") throw engine_failure(r);
     auto [cr, status] = finished(r);
     res.set_content(response_object(id, msg_id, created, c.opts.name, status, cr.text, &cr).dump(), "application/json");
     return;
@@ -125,6 +134,14 @@ void handle_responses(ServerContext& c, const std::string& body, httplib::Respon
     }
     const EngineResult& r = h->wait_result();
     c.metrics.observe(r);
+    if (r.finish_reason == "error") {  // the stream ends with an error event and a failed response
+      json failed = response_object(id, msg_id, created, c.opts.name, "failed", all, nullptr);
+      failed["error"] = {{"code", "server_error"}, {"message", engine_failure(r).what()}};
+      event("error", {{"code", "server_error"}, {"message", engine_failure(r).what()}, {"param", nullptr}});
+      event("response.failed", {{"response", failed}});
+      sink.done();
+      return true;
+    }
     auto [cr, status] = finished(r);
     part["text"] = cr.text;
     item["status"] = "completed";

@@ -122,3 +122,28 @@ def test_one_huge_word_is_refused_quickly(server, alive):
     status, body, raw = post_json(server.base_url, "/v1/completions", {**GOOD_COMPLETION, "prompt": "x" * 300_000})
     assert time.monotonic() - t0 < 10, "tokenizing one long word took too long"
     check_error_body(status, body, raw, 400, words=["prompt"])
+
+
+GOOD_RESPONSE = {"model": MODEL_ID, "input": "Hi", "max_output_tokens": 2, "temperature": 0}
+# The Responses API's own field is named in its errors, not the chat field it maps to.
+RESPONSE_FIELD_CASES = [
+    ("max_output_tokens-string", {"max_output_tokens": "ten"}, ["max_output_tokens"]),
+    ("max_output_tokens-zero", {"max_output_tokens": 0}, ["max_output_tokens"]),
+    ("max_output_tokens-negative", {"max_output_tokens": -3}, ["max_output_tokens"]),
+    ("max_output_tokens-float", {"max_output_tokens": 1.5}, ["max_output_tokens"]),
+    ("max_output_tokens-past-context", {"max_output_tokens": CONTEXT}, ["max_output_tokens", str(CONTEXT)]),
+]
+
+
+@pytest.mark.parametrize("fields,words", [c[1:] for c in RESPONSE_FIELD_CASES], ids=[c[0] for c in RESPONSE_FIELD_CASES])
+def test_responses_bad_max_output_tokens(server, alive, fields, words):
+    status, body, raw = post_json(server.base_url, "/v1/responses", {**GOOD_RESPONSE, **fields})
+    check_error_body(status, body, raw, 400, param="max_output_tokens", words=words)
+    assert "'max_tokens'" not in body["error"]["message"], raw
+
+
+def test_chat_max_completion_tokens_past_context_is_named(server, alive):
+    fields = {"max_completion_tokens": CONTEXT}
+    body = {k: v for k, v in {**GOOD_CHAT, **fields}.items() if k != "max_tokens"}
+    status, got, raw = post_json(server.base_url, "/v1/chat/completions", body)
+    check_error_body(status, got, raw, 400, param="max_completion_tokens", words=["max_completion_tokens"])
