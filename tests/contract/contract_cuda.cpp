@@ -60,7 +60,9 @@ std::string check_gemv(GgmlType type, bool table) {
     Dev dw(cuda::device_matrix_bytes(type, n_in, n_out, table));
     const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p, table);
     if (m.mma == table) return fmt::format("{}: {} layout expected", ggml_type_name(type), table ? "tiled" : "mma");
-    for (int64_t rows : {1, 2, 3, 7, 16, 64}) {
+    // Up to 32 rows: the slice kernel with 1-4 row tiles; beyond: the many-row kernel, with partial tiles and blocks.
+    for (int64_t rows :
+         table ? std::vector<int64_t>{1, 2, 3, 7, 16, 64} : std::vector<int64_t>{1, 2, 3, 7, 16, 24, 32, 40, 64, 100}) {
       auto x = random_floats(size_t(rows * n_in), rng);
       if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
       Dev dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);

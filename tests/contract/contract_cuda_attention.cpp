@@ -103,7 +103,9 @@ std::string check_cuda_attention_mma() {
   pos.insert(pos.begin() + 9, 40), seq.insert(seq.begin() + 9, 1);
   for (int32_t p : {10, 11, 12}) pos.push_back(p), seq.push_back(1);
   if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
-  return check_case(128, 32, 8, rng, true, pos, seq);
+  if (auto why = check_case(128, 32, 8, rng, true, pos, seq); !why.empty()) return why;
+  if (auto why = check_case(64, 4, 4, rng, true, pos, seq); !why.empty()) return why;  // one head per KV head
+  return check_case(128, 16, 1, rng, true, pos, seq);                                  // sixteen
 }
 
 }  // namespace tf::contract

@@ -151,6 +151,7 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
 
 size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_scratch_bytes(w, n_rows) : 0; }
 void reserve_gemv_scratch(size_t bytes) { mma_reserve(bytes); }
+uint64_t gemv_scratch_generation() { return mma_scratch_generation(); }
 
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out) {
   if (w.mma) throw std::runtime_error("embedding: the table was uploaded for products, not lookups");

@@ -36,6 +36,8 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
 // Device scratch that gemv() needs for `n_rows` rows; reserve it before a graph capture, which cannot allocate.
 size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
 void reserve_gemv_scratch(size_t bytes);
+// Changes whenever that scratch moves: a CUDA graph captured under another generation holds a stale address.
+uint64_t gemv_scratch_generation();
 
 // y[r, o] = sum_c W[o, c] * x[r, c]. Tiled layout: a block per tile, a warp per slice, a lane per column; two
 // running sums per lane, then the slices in order. Tensor-core layout: x split into bf16 hi + lo; per scale group an

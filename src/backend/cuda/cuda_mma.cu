@@ -71,6 +71,7 @@ __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices,
 
 void* g_scratch = nullptr;
 size_t g_scratch_bytes = 0;
+uint64_t g_generation = 0;  // bumped whenever the scratch moves, so graphs that captured it can be dropped
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -88,11 +89,15 @@ void mma_reserve(size_t bytes) {
   check(cudaStreamIsCapturing(launch_stream(), &cs), "capture query");
   if (cs != cudaStreamCaptureStatusNone)
     throw std::runtime_error("CUDA products: scratch too small inside a graph capture (reserve it first)");
-  if (g_scratch) check(cudaFree(g_scratch), "cudaFree");
-  g_scratch = nullptr, g_scratch_bytes = 0;
-  check(cudaMalloc(&g_scratch, bytes), "cudaMalloc (product scratch)");
-  g_scratch_bytes = bytes;
+  check(cudaStreamSynchronize(launch_stream()), "synchronize");
+  void* p = nullptr;  // the new buffer first, so a failed allocation keeps the old one
+  check(cudaMalloc(&p, bytes), "cudaMalloc (product scratch)");
+  if (g_scratch) cudaFree(g_scratch);
+  g_scratch = p, g_scratch_bytes = bytes;
+  g_generation += 1;
 }
+
+uint64_t mma_scratch_generation() { return g_generation; }
 
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");

@@ -25,8 +25,8 @@ std::vector<KernelRecord> make_records() {
                  {f},
                  "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
                  "rows (up to 32: slices in separate blocks, then added in order; more: 2x2 warps of 32x32)",
-                 "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,64; a NaN row; the "
-                 "in-place residual form",
+                 "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,24,32,40,64,100; a NaN "
+                 "row; the in-place residual form",
                  "|y - y64| <= (2^-16 + (2G+4) * 2^-22 + (2*256/G + slices + 34) * 2^-24) * sum (|w_i| + |min_i|)|x_i|: "
                  "x = bf16 hi + lo, G-column scale groups summed exactly-in-product by the mma, fused scale and min",
                  {{101, "non-finite activation read as 0"},
@@ -66,8 +66,8 @@ std::vector<KernelRecord> make_records() {
        "cuda",
        {"f32"},
        "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any sequences",
-       "head_dim 64 and 128, 9/3 and 32/8 heads; decode rows of two sequences; a 37-row prefill chunk with another "
-       "sequence's rows inside; every row against itself alone",
+       "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences; a 37-row prefill chunk "
+       "with another sequence's rows inside; every row against itself alone",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * 2^-24)",
        {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})

@@ -229,7 +229,19 @@ LlamaCudaModel::~LlamaCudaModel() {
   }
 }
 
+size_t LlamaCudaModel::product_scratch(int64_t rows) const {
+  size_t need = 0;
+  for (int64_t r : {rows, std::min<int64_t>(rows, 32)}) {
+    need = std::max(need, cuda::gemv_scratch_bytes(output_, r));
+    for (const DevLayer& L : layers_)
+      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        need = std::max(need, cuda::gemv_scratch_bytes(*m, r));
+  }
+  return need;
+}
+
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
+  cuda::reserve_gemv_scratch(product_scratch(32));  // few-row products' partials, before the pool takes the memory
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
   cuda::DeviceInfo dev = cuda::device_info(0);
@@ -265,6 +277,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
   void *scratch = nullptr, *dev = nullptr, *host = nullptr;
   try {
+    cuda::reserve_gemv_scratch(product_scratch(R));  // before committing, so no graph capture ever needs to grow it
     scratch = cuda::device_alloc(total);
     dev = cuda::device_alloc(staging);
     host = cuda::host_alloc_pinned(staging);
@@ -285,15 +298,6 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
     off += align_up(size_t(sizes[i]) * 4);
   }
   cand_ = static_cast<char*>(scratch_) + off;
-  // The products' shared scratch too, so no graph capture ever needs to grow it.
-  size_t need = 0;
-  for (int64_t r : {R, std::min<int64_t>(R, 32)}) {
-    need = std::max(need, cuda::gemv_scratch_bytes(output_, r));
-    for (const DevLayer& L : layers_)
-      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-        need = std::max(need, cuda::gemv_scratch_bytes(*m, r));
-  }
-  cuda::reserve_gemv_scratch(need);
 }
 
 }  // namespace tf

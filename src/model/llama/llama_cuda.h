@@ -40,6 +40,7 @@ class LlamaCudaModel : public Model {
  private:
   void ensure_capacity(int64_t n_rows, int64_t table_ints);
   void drop_graphs();
+  size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
   void launch(int64_t n, int64_t m, int64_t max_pages, bool sample);
   void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
@@ -68,6 +69,7 @@ class LlamaCudaModel : public Model {
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;
   std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // (rows, page-table width, sampling) -> graph
+  uint64_t graphs_generation_ = 0;                               // the product scratch the graphs captured
   std::vector<char> cand_host_;
 };
 

@@ -167,6 +167,8 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
   void* t0 = cuda::event_record_now();
   if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
     // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
+    if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
+    graphs_generation_ = cuda::gemv_scratch_generation();
     auto key = std::make_tuple(n, width, sample);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
