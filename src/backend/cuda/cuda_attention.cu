@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -14,11 +15,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
 
-__device__ __forceinline__ const float* kv_at(const PagedKv& kv, int seq, int64_t j, bool value) {
-  const int32_t page = kv.page_table[int64_t(seq) * kv.max_pages + j / kv.page_size];
-  return kv.base + int64_t(page) * kv.page_floats + kv.layer_offset + (value ? kv.page_size * kv.kv_row : 0) +
-         (j % kv.page_size) * kv.kv_row;
-}
 
 // One block per (row, head): warps split keys by absolute position and partials add in warp order, so no row's bits
 // depend on the other rows.
@@ -42,7 +38,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kMaxHeadDim / 32; ++i) ql[i] = i < per_lane ? qr[lane + 32 * i] : 0.0f;
   float mx = -INFINITY;
   for (int64_t j = warp; j < n_keys; j += kWarps) {
-    const float* k = kv_at(kv, seq, j, false) + kvh * hd;
+    const float* k = kv_row_of(kv, seq, j, false) + kvh * hd;
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxHeadDim / 32; ++i)
@@ -77,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kMaxHeadDim / 32; ++i) acc[i] = 0.0f;
   for (int64_t j = warp; j < n_keys; j += kWarps) {
-    const float* v = kv_at(kv, seq, j, true) + kvh * hd;
+    const float* v = kv_row_of(kv, seq, j, true) + kvh * hd;
     const float p = scores[j] * inv;
 #pragma unroll
     for (int i = 0; i < kMaxHeadDim / 32; ++i)

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -27,11 +28,6 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   const float2 hf = __bfloat1622float2(h);
   __nv_bfloat162 l = __floats2bfloat162_rn(isfinite(hf.x) ? a - hf.x : 0.0f, isfinite(hf.y) ? b - hf.y : 0.0f);
   hi = *reinterpret_cast<uint32_t*>(&h), lo = *reinterpret_cast<uint32_t*>(&l);
-}
-__device__ __forceinline__ const float* kv_row(const PagedKv& kv, int seq, int64_t j, bool value) {
-  const int32_t page = kv.page_table[int64_t(seq) * kv.max_pages + j / kv.page_size];
-  return kv.base + int64_t(page) * kv.page_floats + kv.layer_offset + (value ? kv.page_size * kv.kv_row : 0) +
-         (j % kv.page_size) * kv.kv_row;
 }
 
 // One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
@@ -87,7 +83,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int nt = 0; nt < 4; ++nt) {
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         const int64_t j = b * 32 + nt * 8 + g;
-        const float* kr = j < n_keys ? kv_row(kv, seq, j, false) + int64_t(kvh_read) * D : nullptr;
+        const float* kr = j < n_keys ? kv_row_of(kv, seq, j, false) + int64_t(kvh_read) * D : nullptr;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           float2 a = make_float2(0.0f, 0.0f), c = a;
@@ -152,7 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
-          vr[i] = j < n_keys ? kv_row(kv, seq, j, true) + int64_t(kvh_read) * D : nullptr;
+          vr[i] = j < n_keys ? kv_row_of(kv, seq, j, true) + int64_t(kvh_read) * D : nullptr;
         }
 #pragma unroll
         for (int dn = 0; dn < D / 8; ++dn) {

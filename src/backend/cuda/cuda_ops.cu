@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -81,8 +82,8 @@ __global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, 
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= kv_row) return;
   const int64_t p = TF_DCTL(171) ? pos[r] + 1 : pos[r];  // planted: written one slot late
-  const int32_t page = page_table[int64_t(row_seq[r]) * max_pages + p / page_size];
-  float* kp = base + int64_t(page) * page_floats + layer_offset + (p % page_size) * kv_row;
+  float* kp =
+      base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
   kp[i] = k[r * stride + i];
   kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * stride + i] : v[r * stride + i];  // planted: K stored as V
 }
