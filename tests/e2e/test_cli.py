@@ -167,3 +167,18 @@ def test_cuda_refuses_a_format_it_cannot_read(tf_bin, model_path, tmp_path):
     assert re.search(r"^backend:\s+cpu: CUDA cannot run this model: .*Q5_K", auto.stdout, re.M), shown(auto)
     ran = tf(tf_bin, "run", path, "-p", "hi", "-n", "2", "--backend", "auto", "--temperature", "0", timeout=120)
     assert ran.returncode == 0, shown(ran)
+
+
+def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
+    # Where CUDA runs the default model: head size 48 is refused by --backend cuda naming it; auto runs on the CPU.
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("needs a CUDA build on a machine with a GPU")
+    pytest.importorskip("gguf")
+    path = tmp_path / "hd48.gguf"
+    gen = Path(__file__).resolve().parents[2] / "tools" / "fixtures" / "gen_llama_gguf.py"
+    subprocess.run(["python3", str(gen), "--shape", "tiny-hd48", "--mix", "q8_0", "--out", str(path)], check=True,
+                   timeout=120)
+    proc = tf(tf_bin, "run", path, "-p", "hi", "-n", "1", "--backend", "cuda", timeout=60)
+    assert proc.returncode != 0 and "head size 48" in proc.stdout + proc.stderr, shown(proc)
+    auto = tf(tf_bin, "info", path, "--backend", "auto", timeout=60)
+    assert re.search(r"^backend:\s+cpu: CUDA cannot run this model: .*head size 48", auto.stdout, re.M), shown(auto)
