@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_ops.cuh"
 #include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
@@ -16,19 +17,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// A pair of floats as bf16 hi and lo parts (x = hi + lo within 2^-16 |x|).
-__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  const float2 hf = __bfloat1622float2(h);
-  __nv_bfloat162 l = __floats2bfloat162_rn(isfinite(hf.x) ? a - hf.x : 0.0f, isfinite(hf.y) ? b - hf.y : 0.0f);
-  hi = *reinterpret_cast<uint32_t*>(&h), lo = *reinterpret_cast<uint32_t*>(&l);
-}
 
 // One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
 // sequences in a tile are taken in separate passes. Warp w owns the key blocks b = w mod 8; its state is merged with
@@ -70,8 +58,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (act)
           v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
           v[3] = qr[16 * kk + 2 * t + 9];
-        split2(v[0], v[1], qh[kk][hr], ql[kk][hr]);
-        split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
+        bf16_split2(v[0], v[1], qh[kk][hr], ql[kk][hr]);
+        bf16_split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
       }
     }
     float o[D / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
@@ -91,11 +79,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
             c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
           uint32_t kh0, kl0, kh1, kl1;
-          split2(a.x, a.y, kh0, kl0);
-          split2(c.x, c.y, kh1, kl1);
-          mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
-          mma16816(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
-          mma16816(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
+          bf16_split2(a.x, a.y, kh0, kl0);
+          bf16_split2(c.x, c.y, kh1, kl1);
+          mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
+          mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
+          mma_m16n8k16(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
         }
       }
       // Scaled, causally masked scores; the block's row maxima and the running state's rescale.
@@ -139,10 +127,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         uint32_t ph[4], pl[4];
-        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        bf16_split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        bf16_split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
         const int64_t j0 = b * 32 + 16 * kk + 2 * t;
         const float* vr[4];
 #pragma unroll
@@ -154,11 +142,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int dn = 0; dn < D / 8; ++dn) {
           const int d = dn * 8 + g;
           uint32_t vh0, vl0, vh1, vl1;
-          split2(vr[0] ? vr[0][d] : 0.0f, vr[1] ? vr[1][d] : 0.0f, vh0, vl0);
-          split2(vr[2] ? vr[2][d] : 0.0f, vr[3] ? vr[3][d] : 0.0f, vh1, vl1);
-          mma16816(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-          mma16816(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-          mma16816(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+          bf16_split2(vr[0] ? vr[0][d] : 0.0f, vr[1] ? vr[1][d] : 0.0f, vh0, vl0);
+          bf16_split2(vr[2] ? vr[2][d] : 0.0f, vr[3] ? vr[3][d] : 0.0f, vh1, vl1);
+          mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+          mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+          mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
         }
       }
     }

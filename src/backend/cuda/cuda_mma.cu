@@ -19,15 +19,6 @@ void check(cudaError_t e, const char* op) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
 }
 
-__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ float bf16_lo_of(float x) {  // x - rn_bf16(x), exact in f32; 0 where x is not finite
-  const float hi = __bfloat162float(__float2bfloat16_rn(x));
-  return isfinite(hi) ? __fsub_rn(x, hi) : 0.0f;
-}
-
 // A thread per (row, 32-column group): the group's sum in column order and its hi/lo fragments for both steps.
 __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint4* __restrict__ xs,
                                    float* __restrict__ xsum, int ctl) {
@@ -54,8 +45,8 @@ __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, in
     for (int t = 0; t < 4; ++t) {
       const float* a = v + 16 * st + 2 * t;
       xs[((row * (n_in / 16)) + gi * 2 + st) * 4 + t] =
-          make_uint4(bf16_pair(a[0], a[1]), bf16_pair(a[8], a[9]), bf16_pair(bf16_lo_of(a[0]), bf16_lo_of(a[1])),
-                     bf16_pair(bf16_lo_of(a[8]), bf16_lo_of(a[9])));
+          make_uint4(bf16_pair(a[0], a[1]), bf16_pair(a[8], a[9]), bf16_pair(bf16_lo(a[0]), bf16_lo(a[1])),
+                     bf16_pair(bf16_lo(a[8]), bf16_lo(a[9])));
     }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_formats.cuh"
+#include "backend/cuda/mma_ops.cuh"
 
 // Tensor-core products over the layout of mma_pack.cpp. Per element (row r, output o) the arithmetic is fixed: for
 // each 256-column slice, for each scale group, C = 0 then one m16n8k16 per 16-column step with x's bf16 hi part and
@@ -16,9 +17,16 @@ namespace tf::cuda {
 #endif
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  mma_m16n8k16(c, a[0], a[1], a[2], a[3], b0, b1);
+}
+template <int MT, int NT>
+__device__ __forceinline__ void mma_zero(float (&v)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[mt][nt][e] = 0.0f;
 }
 
 struct MmaArgs {
@@ -53,12 +61,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
         meta[mt][hr][k] = tile0 + mt < tiles ? __ldg(reinterpret_cast<const uint32_t*>(w.s) +
                                                      (((tile0 + mt) * w.slices + sl) * 16 + g + 8 * hr) * F::kMeta + k)
                                              : 0u;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[mt][nt][e] = 0.0f;
+  mma_zero(p);
 #pragma unroll
   for (int kb = 0; kb < 4; ++kb) {
     if (kb >= nk) break;
@@ -70,14 +73,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
     float c[MT][NT][4];
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
-      if (st % F::kSpg == 0) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
-      }
+      if (st % F::kSpg == 0) mma_zero(c);
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) F::frag(raw[mt], st, a[mt]);

@@ -1,0 +1,30 @@
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// The tensor-core instruction and the bf16 hi + lo split that the products and the attention share.
+namespace tf::cuda {
+
+// D = A B + C for one m16n8k16 tile: bf16 operands in the PTX fragment layout, f32 accumulators.
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {  // a in the low half, as fragments hold it
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float bf16_lo(float x) {  // x - rn_bf16(x), exact in f32; 0 where x is not finite
+  const float hi = __bfloat162float(__float2bfloat16_rn(x));
+  return isfinite(hi) ? __fsub_rn(x, hi) : 0.0f;
+}
+// A pair of floats as bf16 hi and lo parts (x = hi + lo within 2^-16 |x|).
+__device__ __forceinline__ void bf16_split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = bf16_pair(a, b), lo = bf16_pair(bf16_lo(a), bf16_lo(b));
+}
+
+}  // namespace tf::cuda
