@@ -124,7 +124,14 @@ TEST(CudaModel, RefusesWhatItCannotRun) {
   ThreadPool pool(0);
   LoadedModel m = load_model(model_path(), pool, "", "cuda");
   EXPECT_THROW(check_context(m, kCudaMaxContext + 1), Error);
-  EXPECT_THROW(m.model->bind_kv(int64_t(1) << 40, 32), Error);  // far more KV than any device holds
+  try {  // far more KV than any device holds: refused naming the pool and the settings that size it
+    m.model->bind_kv(int64_t(1) << 40, 32);
+    ADD_FAILURE() << "a KV pool larger than the device was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("KV pool"), std::string::npos) << what;
+    EXPECT_NE(what.find("--parallel"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

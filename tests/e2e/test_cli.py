@@ -118,6 +118,17 @@ def _runs_on_cuda(tf_bin, model_path):
     return re.search(r"^backend:\s+cuda", proc.stdout, re.M) is not None
 
 
+def _gpu_fixture(tf_bin, model_path, tmp_path, shape, mix):
+    """A small random GGUF from tools/fixtures/gen_llama_gguf.py; skips unless CUDA runs the default model here."""
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("needs a CUDA build on a machine with a GPU")
+    pytest.importorskip("gguf")
+    path = tmp_path / f"{shape}-{mix}.gguf"
+    gen = Path(__file__).resolve().parents[2] / "tools" / "fixtures" / "gen_llama_gguf.py"
+    subprocess.run(["python3", str(gen), "--shape", shape, "--mix", mix, "--out", str(path)], check=True, timeout=120)
+    return path
+
+
 def test_info_names_the_backend(tf_bin, model_path):
     proc = tf(tf_bin, "info", model_path, timeout=60)
     assert proc.returncode == 0, shown(proc)
@@ -153,12 +164,7 @@ def test_serve_refuses_an_out_of_range_setting_naming_it(tf_bin, model_path, fla
 def test_cuda_refuses_a_format_it_cannot_read(tf_bin, model_path, tmp_path):
     # Where CUDA runs the default model: a Q5_K model is refused by --backend cuda naming the tensor, and served on
     # the CPU by --backend auto with the reason.
-    if not _runs_on_cuda(tf_bin, model_path):
-        pytest.skip("needs a CUDA build on a machine with a GPU")
-    pytest.importorskip("gguf")
-    path = tmp_path / "q5k.gguf"
-    gen = Path(__file__).resolve().parents[2] / "tools" / "fixtures" / "gen_llama_gguf.py"
-    subprocess.run(["python3", str(gen), "--shape", "tiny", "--mix", "q5_k", "--out", str(path)], check=True, timeout=120)
+    path = _gpu_fixture(tf_bin, model_path, tmp_path, "tiny", "q5_k")
     for args in (["info", path, "--backend", "cuda"], ["run", path, "-p", "hi", "-n", "1", "--backend", "cuda"]):
         proc = tf(tf_bin, *args, timeout=60)
         out = proc.stdout + proc.stderr
@@ -171,13 +177,7 @@ def test_cuda_refuses_a_format_it_cannot_read(tf_bin, model_path, tmp_path):
 
 def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
     # Where CUDA runs the default model: head size 48 is refused by --backend cuda naming it; auto runs on the CPU.
-    if not _runs_on_cuda(tf_bin, model_path):
-        pytest.skip("needs a CUDA build on a machine with a GPU")
-    pytest.importorskip("gguf")
-    path = tmp_path / "hd48.gguf"
-    gen = Path(__file__).resolve().parents[2] / "tools" / "fixtures" / "gen_llama_gguf.py"
-    subprocess.run(["python3", str(gen), "--shape", "tiny-hd48", "--mix", "q8_0", "--out", str(path)], check=True,
-                   timeout=120)
+    path = _gpu_fixture(tf_bin, model_path, tmp_path, "tiny-hd48", "q8_0")
     proc = tf(tf_bin, "run", path, "-p", "hi", "-n", "1", "--backend", "cuda", timeout=60)
     assert proc.returncode != 0 and "head size 48" in proc.stdout + proc.stderr, shown(proc)
     auto = tf(tf_bin, "info", path, "--backend", "auto", timeout=60)
