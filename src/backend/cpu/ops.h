@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "io/ggml_types.h"
+#include "quant/scaled/scaled.h"
 
 namespace tf::cpu {
 
@@ -22,6 +23,21 @@ std::string matmul_refusal(const WeightView& w);
 
 // y[r, o] = sum_c W[o, c] * x[r, c]; x is [n_rows, n_in], y is [n_rows, n_out]. Split over output columns.
 void matmul(const WeightView& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+
+// Why the CPU backend cannot run this fp8_block / mxfp4 weight (rows not whole 32-element groups …), or empty.
+std::string scaled_matmul_refusal(const quant::ScaledWeight& w);
+// matmul for fp8_block and mxfp4 weights read as stored, with the same per-row arithmetic as matmul.
+void matmul_scaled(const quant::ScaledWeight& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+
+// One routed (row, expert) product of a mixture-of-experts layer.
+struct ExpertPair {
+  int32_t row;     // the activation row in x
+  int32_t expert;  // index into the expert list
+};
+// y[p] = W[pairs[p].expert] x[pairs[p].row] for every pair: [n_pairs, n_out] (all experts share n_in and n_out).
+// Pairs are grouped by expert internally; each pair's bits equal the same row computed alone with matmul_scaled.
+void matmul_experts(const std::vector<quant::ScaledWeight>& experts, const float* x, const ExpertPair* pairs,
+                    int64_t n_pairs, float* y, ThreadPool& pool);
 
 // y = x / sqrt(mean(x^2) + eps) * w, the mean of squares accumulated in double.
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);

@@ -24,6 +24,20 @@ std::vector<KernelRecord> make_records() {
   r.push_back({"matmul.generic", "cpu", {"q5_0", "q5_1", "q2_k", "q3_k", "q5_k"}, kMatmulShapes,
                "576x64, 512x33 per format; rows 1,2,3,5,7,16; NaN rows", kDotBound,
                {{17, "last block skipped"}, {18, "non-finite activation read as 0"}}});
+  r.push_back({"matmul.fp8_block", "cpu", {"fp8_block e8m0", "fp8_block f32"},
+               "n_in a multiple of 32, B a multiple of 32 (partial edge blocks), any n_out, any rows",
+               "B=128: 4096x1024 (V4 wq_a), 160x200 (partial right and bottom blocks); B=32: 5120x64 (V4.1 slice), "
+               "96x33; f32 scales 256x40; rows 1,2,3,5,7 (1,5 for the big shapes); NaN rows, E8M0 255",
+               "|y - y64| <= (n_in/8 + 8) * 2^-24 * sum|w_i x_i| (+ 2^-24 per term for f32 scales)",
+               {{60, "E8M0 scale read with bias 128"}, {62, "every group takes the row's first scale"},
+                {65, "accumulator rounded to fp16 each block (f32 scales)"}}});
+  r.push_back({"matmul.mxfp4", "cpu", {"mxfp4"}, "n_in a multiple of 32, any n_out, any rows",
+               "5120x2304 (V4.1 routed w1/w3), 2048x96, 64x7; rows 1,2,3,5,7 (1,5 for the big shape); NaN rows",
+               "|y - y64| <= (n_in/8 + 8) * 2^-24 * sum|w_i x_i|",
+               {{61, "high nibble read first"}, {63, "non-finite activation read as 0"}}});
+  r.push_back({"matmul.experts", "cpu", {"mxfp4", "fp8_block e8m0"}, "experts sharing n_in x n_out; any pairs",
+               "8 experts 256x96, 37 (row, expert) pairs over 11 rows incl. repeats, unused and lone experts",
+               "each pair bit-equal to matmul_scaled of its row alone", {{64, "the neighbouring expert's weights"}}});
   r.push_back({"rmsnorm", "cpu", {"f32"}, "any n", "n = 576, 64, 1; rows 1,3,7",
                "|y - y64| <= 4 * 2^-24 * |y64| + 2^-126", {{20, "sum of squares lost"}, {21, "write past the end"}}});
   r.push_back({"rope", "cpu", {"f32"}, "even n_rot <= head_dim, NORM and NEOX pairings",
