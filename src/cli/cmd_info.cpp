@@ -5,18 +5,56 @@
 #include "cli/common.h"
 #include "engine/loaded_model.h"
 #include "io/gguf.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
 
 namespace tf::cli {
+namespace {
+
+// A safetensors checkpoint: config.json picks the family by model_type, which checks every tensor it reads.
+int info_safetensors(const std::string& path, int64_t context, const std::string& backend) {
+  const SafetensorsCheckpoint ck(path);
+  const std::string cfg_path = (ck.folder().empty() ? std::string(".") : ck.folder()) + "/config.json";
+  const JsonConfig cfg = JsonConfig::load(cfg_path);
+  const std::string model_type = cfg.get_string("model_type");
+  std::printf("checkpoint:    %s (safetensors, %zu shard%s, %.1f MiB)\n", path.c_str(), ck.shards().size(),
+              ck.shards().size() == 1 ? "" : "s", double(ck.file_bytes()) / (1 << 20));
+  std::printf("model_type:    %s\n", model_type.c_str());
+  const FamilyEntry& fam = family_for_model_type(model_type);
+  const ModelInfo i = fam.inspect_safetensors(ck, cfg);
+  std::printf("family:        %s\n", fam.name.c_str());
+  std::printf("parameters:    %lld (%.2fB)\n", (long long)i.n_params, double(i.n_params) / 1e9);
+  std::printf("formats:      ");
+  for (auto& [fmt, n] : i.tensors_by_format) std::printf(" %s x%lld", fmt.c_str(), (long long)n);
+  std::printf("\nlayers:        %lld, hidden %lld, vocabulary %lld, trained context %lld\n", (long long)i.n_layer,
+              (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
+  const int64_t ctx = std::min(context, i.n_ctx_train);
+  const double kv = double(i.kv_bytes_per_token) * double(ctx);
+  std::printf("memory:        weights %.1f MiB (mapped from %.1f MiB of files) + compressed KV %.1f MiB at context "
+              "%lld\n",
+              double(i.weight_bytes) / (1 << 20), double(ck.file_bytes()) / (1 << 20), kv / (1 << 20),
+              (long long)ctx);
+  if (backend == "cuda") {
+    std::printf("backend:       cuda: refused: the %s family has no CUDA path\n", fam.name.c_str());
+    return 2;
+  }
+  std::printf("backend:       cpu (every tensor format supported by the CPU kernels)\n");
+  std::printf("forward:       not in this build: run and serve refuse %s checkpoints\n", fam.name.c_str());
+  return 0;
+}
+
+}  // namespace
 
 Runner add_info(CLI::App& app) {
   auto* c = app.add_subcommand("info", "describe a model without loading its weights");
   auto model = std::make_shared<std::string>();
   auto context = std::make_shared<int64_t>(4096);
   auto backend = std::make_shared<std::string>("auto");
-  c->add_option("model", *model, "GGUF model file")->required();
+  c->add_option("model", *model, "GGUF model file, or a safetensors checkpoint (file or folder)")->required();
   c->add_option("--context", *context, "context size used for the memory estimate");
   c->add_option("--backend", *backend, "auto, cpu or cuda: which backend to report on");
   return [model, context, backend] {
+    if (is_safetensors_checkpoint(*model)) return info_safetensors(*model, *context, *backend);
     auto f = std::make_shared<const GgufFile>(*model);
     auto arch = f->get_string("general.architecture").value_or("(missing)");
     std::printf("file:          %s (GGUF v%u, %.1f MiB)\n", model->c_str(), f->version(),

@@ -1,6 +1,8 @@
 #include "engine/loaded_model.h"
 
 #include "base/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
 
 namespace tf {
 
@@ -34,6 +36,14 @@ void check_context(const LoadedModel& m, int64_t context) {
 LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template,
                        const std::string& backend) {
   LoadedModel m;
+  if (is_safetensors_checkpoint(path)) {  // checked in full first, so a bad checkpoint is named as such
+    const SafetensorsCheckpoint ck(path);
+    const JsonConfig cfg = JsonConfig::load((ck.folder().empty() ? std::string(".") : ck.folder()) + "/config.json");
+    const FamilyEntry& fam = family_for_model_type(cfg.get_string("model_type"));
+    fam.inspect_safetensors(ck, cfg);
+    fail("{}: the {} checkpoint checks out, but this build has no {} forward yet (see `tensorfold info`)", path,
+         fam.name, fam.name);
+  }
   m.file = std::make_shared<const GgufFile>(path);
   auto arch = m.file->get_string("general.architecture");
   if (!arch) fail("{}: required metadata 'general.architecture' is missing", path);

@@ -33,4 +33,14 @@ const FamilyEntry& family_for_architecture(const std::string& arch) {
   fail("architecture '{}' is not supported (known: {})", arch, known);
 }
 
+const FamilyEntry& family_for_model_type(const std::string& model_type) {
+  std::string known;
+  for (auto& f : registry())
+    for (auto& t : f.model_types) {
+      if (t == model_type) return f;
+      known += (known.empty() ? "" : ", ") + t;
+    }
+  fail("config.json model_type '{}' is not supported (known: {})", model_type, known);
+}
+
 }  // namespace tf

@@ -11,6 +11,8 @@
 namespace tf {
 
 class GgufFile;
+class JsonConfig;
+class SafetensorsCheckpoint;
 
 // What a loaded model tells the rest of the engine.
 struct ModelInfo {
@@ -83,6 +85,9 @@ struct FamilyEntry {
   // The CUDA backend's loader and its startup check ("" = can run); empty when the family has no CUDA path.
   std::function<std::unique_ptr<Model>(std::shared_ptr<const GgufFile>)> load_gguf_cuda;
   std::function<std::string(const GgufFile&)> cuda_refusal;
+  // Safetensors checkpoints: the config.json model_type values it reads, and its check of config and tensors.
+  std::vector<std::string> model_types;
+  std::function<ModelInfo(const SafetensorsCheckpoint&, const JsonConfig&)> inspect_safetensors;
 };
 
 // Longest context the CUDA attention kernel serves (one shared-memory score per key).
@@ -91,5 +96,6 @@ constexpr int64_t kCudaMaxContext = 48 * 1024;
 bool register_family(FamilyEntry e);
 const std::vector<FamilyEntry>& families();
 const FamilyEntry& family_for_architecture(const std::string& arch);  // throws naming the known ones
+const FamilyEntry& family_for_model_type(const std::string& model_type);  // throws naming the known ones
 
 }  // namespace tf

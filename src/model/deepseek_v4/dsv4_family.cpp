@@ -1,0 +1,41 @@
+// The deepseek_v4 family's entry in the registry: config and checkpoint checks for `tensorfold info`.
+#include "backend/cpu/ops.h"
+#include "base/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/deepseek_v4/dsv4_checkpoint.h"
+#include "model/model.h"
+
+namespace tf::dsv4 {
+namespace {
+
+ModelInfo inspect(const SafetensorsCheckpoint& ck, const JsonConfig& cfg) {
+  const Config c = parse_config(cfg);
+  const CheckpointSummary s = check_checkpoint(ck, c);
+  for (const Expected& e : expected_tensors(c))
+    if (e.kind == Stored::Fp8 || e.kind == Stored::Mxfp4)
+      if (auto why = cpu::scaled_matmul_refusal(scaled_weight(ck, c, e)); !why.empty()) fail("{}", why);
+  ModelInfo i;
+  i.family = "deepseek_v4";
+  i.architecture = cfg.get_string("model_type");
+  i.n_vocab = c.vocab;
+  i.n_ctx_train = c.max_pos;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.hidden;
+  i.n_params = s.n_params;
+  i.weight_bytes = int64_t(s.bytes);
+  // Per token: compressed entries (head_dim floats every `ratio` tokens) and indexer keys on CSA layers.
+  double per_token = 0;
+  for (int64_t L = 0; L < c.n_layer; ++L)
+    if (const int64_t r = c.ratio(L))
+      per_token += double(c.head_dim) / double(r) + (r == 4 ? double(c.index_dim) / 4 : 0.0);
+  i.kv_bytes_per_token = int64_t(per_token * 4 + 0.5);
+  i.tensors_by_format = s.formats;
+  return i;
+}
+
+const bool kRegistered = register_family(FamilyEntry{
+    "deepseek_v4", {}, nullptr, nullptr, nullptr, nullptr, {"deepseek_v4"}, inspect});
+
+}  // namespace
+}  // namespace tf::dsv4
