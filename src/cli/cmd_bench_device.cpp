@@ -4,6 +4,7 @@
 #include <random>
 
 #include "cli/bench_device.h"
+#include "base/error.h"
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 
@@ -110,6 +111,7 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   Model& m = *lm.model;
   const auto& info = m.info();
   const double bw = device_copy_bandwidth();
+  if (!lm.file) fail("bench --backend cuda: {} is not a GGUF model", o.model);
   const double wbytes = decode_weight_bytes(*lm.file);
   std::printf("device: %s\n", lm.backend.detail.c_str());
   std::printf("model: %s (%.2fB params, %.2f GB read per decoded token from weights)\n", o.model.c_str(),

@@ -36,13 +36,21 @@ void check_context(const LoadedModel& m, int64_t context) {
 LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template,
                        const std::string& backend) {
   LoadedModel m;
-  if (is_safetensors_checkpoint(path)) {  // checked in full first, so a bad checkpoint is named as such
-    const SafetensorsCheckpoint ck(path);
-    const JsonConfig cfg = JsonConfig::load((ck.folder().empty() ? std::string(".") : ck.folder()) + "/config.json");
+  if (is_safetensors_checkpoint(path)) {  // config.json picks the family; tokenizer.json sits beside it
+    auto ck = std::make_shared<const SafetensorsCheckpoint>(path);
+    const std::string dir = ck->folder().empty() ? std::string(".") : ck->folder();
+    const JsonConfig cfg = JsonConfig::load(dir + "/config.json");
     const FamilyEntry& fam = family_for_model_type(cfg.get_string("model_type"));
-    fam.inspect_safetensors(ck, cfg);
-    fail("{}: the {} checkpoint checks out, but this build has no {} forward yet (see `tensorfold info`)", path,
-         fam.name, fam.name);
+    fam.inspect_safetensors(*ck, cfg);
+    if (backend == "cuda") fail("--backend cuda: {}: the {} family has no CUDA path", path, fam.name);
+    m.tokenizer = Tokenizer::from_json_file(dir + "/tokenizer.json");
+    if (!chat_template.empty()) m.chat = ChatFormat::from_name(chat_template);
+    m.backend = choose_backend("cpu");
+    m.model = fam.load_safetensors(ck, cfg, pool);
+    if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
+      fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
+           m.model->info().n_vocab);
+    return m;
   }
   m.file = std::make_shared<const GgufFile>(path);
   auto arch = m.file->get_string("general.architecture");

@@ -88,6 +88,8 @@ struct FamilyEntry {
   // Safetensors checkpoints: the config.json model_type values it reads, and its check of config and tensors.
   std::vector<std::string> model_types;
   std::function<ModelInfo(const SafetensorsCheckpoint&, const JsonConfig&)> inspect_safetensors;
+  std::function<std::unique_ptr<Model>(std::shared_ptr<const SafetensorsCheckpoint>, const JsonConfig&, ThreadPool&)>
+      load_safetensors;
 };
 
 // Longest context the CUDA attention kernel serves (one shared-memory score per key).

@@ -47,6 +47,7 @@ Config parse_config(const JsonConfig& c) {
   k.swiglu_limit = c.get_float("swiglu_limit");
   c.get_choice("hidden_act", {"silu"});
   k.hc_mult = positive(c, "hc_mult");
+  if (k.hc_mult > 16) fail("{}: 'hc_mult' {} is more than the 16 streams the CPU path holds", c.where(), k.hc_mult);
   k.hc_iters = positive(c, "hc_sinkhorn_iters");
   k.hc_eps = c.get_float("hc_eps");
   k.rms_eps = c.get_float("rms_norm_eps");

@@ -1,9 +1,10 @@
-// The deepseek_v4 family's entry in the registry: config and checkpoint checks for `tensorfold info`.
+// The deepseek_v4 family's entry in the registry: config and checkpoint checks, and the CPU model.
 #include "backend/cpu/ops.h"
 #include "base/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/dsv4_checkpoint.h"
+#include "model/deepseek_v4/dsv4_model.h"
 #include "model/model.h"
 
 namespace tf::dsv4 {
@@ -35,7 +36,7 @@ ModelInfo inspect(const SafetensorsCheckpoint& ck, const JsonConfig& cfg) {
 }
 
 const bool kRegistered = register_family(FamilyEntry{
-    "deepseek_v4", {}, nullptr, nullptr, nullptr, nullptr, {"deepseek_v4"}, inspect});
+    "deepseek_v4", {}, nullptr, nullptr, nullptr, nullptr, {"deepseek_v4"}, inspect, load});
 
 }  // namespace
 }  // namespace tf::dsv4

@@ -30,8 +30,14 @@ std::string scaled_refusal(const ScaledWeight& w) {
   return {};
 }
 
+ScaledWeight ScaledWeight::rows(int64_t first, int64_t n) const {
+  ScaledWeight w = *this;
+  w.row0 = row0 + first, w.n_out = n;
+  return w;
+}
+
 const uint8_t* ScaledWeight::scale_row(int64_t o) const {
-  const int64_t r = kind == ScaledKind::Mxfp4 ? o : o / block;
+  const int64_t r = kind == ScaledKind::Mxfp4 ? row0 + o : (row0 + o) / block;
   return scale + r * scale_cols() * (kind == ScaledKind::Fp8F32 ? 4 : 1);
 }
 

@@ -22,11 +22,13 @@ struct ScaledWeight {
   int64_t block = 128;  // fp8: B; mxfp4: 32
   const uint8_t* data = nullptr;
   const uint8_t* scale = nullptr;
+  int64_t row0 = 0;  // first row of a view into a taller weight (its scale grid rows count from the weight's row 0)
   int64_t row_bytes() const { return kind == ScaledKind::Mxfp4 ? n_in / 2 : n_in; }
   int64_t scale_cols() const { return (n_in + block - 1) / block; }
   int64_t scale_rows() const { return kind == ScaledKind::Mxfp4 ? n_out : (n_out + block - 1) / block; }
   int64_t scale_bytes() const { return (kind == ScaledKind::Fp8F32 ? 4 : 1) * scale_rows() * scale_cols(); }
-  const uint8_t* row(int64_t o) const { return data + o * row_bytes(); }
+  const uint8_t* row(int64_t o) const { return data + (row0 + o) * row_bytes(); }
+  ScaledWeight rows(int64_t first, int64_t n) const;  // rows [first, first + n) as a weight of their own
   const uint8_t* scale_row(int64_t o) const;
 };
 

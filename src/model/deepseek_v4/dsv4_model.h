@@ -1,0 +1,81 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "io/safetensors.h"
+#include "model/deepseek_v4/dsv4_config.h"
+#include "model/model.h"
+
+namespace tf::dsv4 {
+
+// One mHC site (attn or ffn, or the head): fn [(2+hc)hc or hc, hc*D], base, scale, in double.
+struct HcWeights {
+  std::vector<double> fn, base, scale;
+};
+
+struct Compressor {
+  cpu::WeightView wkv, wgate;  // [cw, D] BF16, cw = 2 d (overlapping, ratio 4) or d
+  std::vector<float> ape;      // [R, cw]
+  std::vector<float> norm;     // [d]
+};
+
+struct Layer {
+  int64_t ratio = 0;
+  bool hash = false;
+  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sinks;
+  HcWeights hc_attn, hc_ffn;
+  quant::ScaledWeight wq_a, wq_b, wkv, wo_a, wo_b;
+  Compressor comp;                   // ratio > 0
+  Compressor icomp;                  // ratio 4: the indexer's own compressor (d = index_head_dim)
+  quant::ScaledWeight idx_wq_b;      // ratio 4
+  cpu::WeightView idx_weights;       // ratio 4: [index_heads, D]
+  cpu::WeightView gate;              // [E, D]
+  std::vector<float> gate_bias;      // non-hash layers
+  std::vector<int64_t> tid2eid;      // hash layers: [vocab, top_k]
+  quant::ScaledWeight sh_w1, sh_w3, sh_w2;
+  std::vector<quant::ScaledWeight> w1, w3, w2;  // routed experts
+  // Floats of this layer's part of a token's KV slot: kv, then (compressed layers) a, g, entry, then (CSA) the
+  // indexer's a, g, entry.
+  int64_t off_kv = 0, off_a = 0, off_g = 0, off_ent = 0, off_ia = 0, off_ig = 0, off_ient = 0;
+};
+
+// DeepSeek-V4 on the CPU: the release checkpoint read in place (FP8 blocks, MXFP4 experts, BF16), every row's
+// per-token state (window kv, the compressors' projections and closed entries, the indexer's keys) kept in the
+// engine's KV pages at the row's own position, so a sequence's state is a function of its prefix alone.
+class Model : public tf::Model {
+ public:
+  Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool);
+  const ModelInfo& info() const override { return info_; }
+  int64_t kv_floats_per_token() const override { return slot_floats_; }
+  void bind_kv(int64_t n_pages, int64_t page_size) override;
+  void forward(const std::vector<BatchRow>& rows, float* logits) override;
+
+  const Config& config() const { return c_; }
+
+ private:
+  friend struct Block;
+  float* slot(const BatchRow& r, int64_t pos) const;  // the KV slot of position pos of r's sequence
+  void attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
+  void compress_rows(const Layer& L, const std::vector<BatchRow>& rows, bool indexer);
+  void moe(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
+  void hc_mix(const HcWeights& w, int64_t n, double* post, double* comb, float* collapsed) const;
+
+  std::shared_ptr<const SafetensorsCheckpoint> ck_;
+  Config c_;
+  ThreadPool& pool_;
+  ModelInfo info_;
+  std::vector<Layer> layers_;
+  cpu::WeightView embed_, head_;
+  std::vector<float> norm_;
+  HcWeights hc_head_;
+  std::vector<double> f_main_, f_comp_;  // RoPE frequencies per pair: window-only layers, compressed layers
+  int64_t slot_floats_ = 0, page_size_ = 0, n_pages_ = 0;
+  std::unique_ptr<float[]> kv_;
+  std::vector<float> X_;  // [n, hc, D] residual streams
+};
+
+std::unique_ptr<tf::Model> load(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg,
+                                ThreadPool& pool);
+
+}  // namespace tf::dsv4
