@@ -98,10 +98,10 @@ def test_info_reads_every_tensor(tf_bin, tiny):
     assert "layers:        5, hidden 64, vocabulary 512" in out
 
 
-def test_run_refuses_at_startup(tf_bin, tiny):
-    proc = tf(tf_bin, "run", tiny, "-p", "hi", "-n", "2")
-    assert proc.returncode != 0
-    assert "deepseek_v4 checkpoint checks out, but this build has no deepseek_v4 forward" in proc.stderr + proc.stdout
+def test_run_produces_tokens(tf_bin, tiny):
+    proc = tf(tf_bin, "run", tiny, "-p", "Hello world", "-n", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip(), proc.stderr
 
 
 CONFIG_CASES = [
