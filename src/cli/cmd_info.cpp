@@ -30,7 +30,7 @@ int info_safetensors(const std::string& path, int64_t context, const std::string
               (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
   const int64_t ctx = std::min(context, i.n_ctx_train);
   const double kv = double(i.kv_bytes_per_token) * double(ctx);
-  std::printf("memory:        weights %.1f MiB (mapped from %.1f MiB of files) + compressed KV %.1f MiB at context "
+  std::printf("memory:        weights %.1f MiB (mapped from %.1f MiB of files) + per-token state %.1f MiB at context "
               "%lld\n",
               double(i.weight_bytes) / (1 << 20), double(ck.file_bytes()) / (1 << 20), kv / (1 << 20),
               (long long)ctx);

@@ -100,4 +100,13 @@ Config parse_config(const JsonConfig& c) {
   return k;
 }
 
+int64_t slot_floats(const Config& c) {
+  int64_t n = 0;
+  for (int64_t L = 0; L < c.n_layer; ++L) {
+    const int64_t r = c.ratio(L), cw = r == 4 ? 2 * c.head_dim : c.head_dim;
+    n += c.head_dim + (r ? 2 * cw + c.head_dim : 0) + (r == 4 ? 4 * c.index_dim + c.index_dim : 0);
+  }
+  return n;
+}
+
 }  // namespace tf::dsv4

@@ -35,4 +35,7 @@ struct Config {
 
 Config parse_config(const JsonConfig& c);
 
+// Floats of one token's KV slot on the CPU path, all layers: kv; compressor a, g and closed entry; indexer a, g, entry.
+int64_t slot_floats(const Config& c);
+
 }  // namespace tf::dsv4

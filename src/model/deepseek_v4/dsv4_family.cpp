@@ -25,12 +25,7 @@ ModelInfo inspect(const SafetensorsCheckpoint& ck, const JsonConfig& cfg) {
   i.n_embd = c.hidden;
   i.n_params = s.n_params;
   i.weight_bytes = int64_t(s.bytes);
-  // Per token: compressed entries (head_dim floats every `ratio` tokens) and indexer keys on CSA layers.
-  double per_token = 0;
-  for (int64_t L = 0; L < c.n_layer; ++L)
-    if (const int64_t r = c.ratio(L))
-      per_token += double(c.head_dim) / double(r) + (r == 4 ? double(c.index_dim) / 4 : 0.0);
-  i.kv_bytes_per_token = int64_t(per_token * 4 + 0.5);
+  i.kv_bytes_per_token = slot_floats(c) * 4;  // the CPU path's per-token state (dsv4_model.h)
   i.tensors_by_format = s.formats;
   return i;
 }

@@ -119,6 +119,7 @@ Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& 
     }
     layers_.push_back(std::move(L));
   }
+  TF_CHECK(slot_floats_ == slot_floats(c_), "slot layout {} vs {}", slot_floats_, slot_floats(c_));
   info_.kv_bytes_per_token = slot_floats_ * 4;
 }
 
