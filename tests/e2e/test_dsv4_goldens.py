@@ -1,0 +1,48 @@
+"""The V4 CPU forward against transformers' DeepseekV4ForCausalLM goldens (tests/fixtures/dsv4_goldens, made by
+tools/fixtures/gen_dsv4_goldens.py on the GPU machine from the tiny checkpoint of gen_deepseek_v4.py)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDENS = ROOT / "tests" / "fixtures" / "dsv4_goldens"
+
+
+def sha256_of(folder):
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors") or name == "config.json":
+            h.update(name.encode())
+            h.update((folder / name).read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.skipif(not (GOLDENS / "goldens.json").exists(), reason="goldens not generated yet (GPU machine)")
+def test_logits_match_transformers(tf_bin, tmp_path):
+    meta = json.loads((GOLDENS / "goldens.json").read_text())
+    gold = np.load(GOLDENS / "goldens.npz")
+    ck = tmp_path / "tiny"
+    subprocess.run([sys.executable, str(ROOT / "tools/fixtures/gen_deepseek_v4.py"), "--out", str(ck)], check=True)
+    assert sha256_of(ck) == meta["checkpoint_sha256"], "the fixture changed: regenerate the goldens"
+    out = tmp_path / "logits.npy"
+    ids = meta["tokens"]
+    for chunk in (0, 37):
+        proc = subprocess.run([tf_bin, "logits", str(ck), "--tokens", ",".join(map(str, ids)), "--chunk", str(chunk),
+                               "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        got = np.load(out).astype(np.float64)
+        full = gold["full"].astype(np.float64)
+        rel = np.abs(got - full).max(axis=1) / np.abs(full).max(axis=1)
+        assert rel.max() < 1e-4, f"chunk {chunk}: worst position {rel.argmax()}: {rel.max():.3g}"
+        top2 = np.sort(full, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 1e-3 * np.abs(full).max(axis=1)
+        assert (got.argmax(1) == full.argmax(1))[clear].all()
+        for k in ("chunk1", "chunk37", "chunk200"):
+            assert (got.argmax(1) == gold[k + "_argmax"])[clear].all(), k
