@@ -19,6 +19,7 @@ struct GenOpts {
   int64_t seed = -1;
   int threads = 0;
   bool ignore_eos = false, chat = false;
+  int thinking = -1;
 };
 
 void add_gen_options(CLI::App* c, GenOpts& o) {
@@ -33,7 +34,10 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
   c->add_option("--threads", o.threads, "worker threads (0: all cores)");
   c->add_option("--backend", o.backend,
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
-  c->add_option("--chat-template", o.chat_template, "chatml, llama3 or deepseek instead of the file's template");
+  c->add_option("--chat-template", o.chat_template,
+                "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
+  c->add_flag_callback("--thinking", [&o] { o.thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
+  c->add_flag_callback("--no-thinking", [&o] { o.thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
 }
 
 // Streams one request through a one-lane engine (the server's own code path) to stdout.
@@ -82,7 +86,7 @@ Runner add_run(CLI::App& app) {
   c->add_option("--ids-out", o->ids_out, "write {prompt_ids, ids} as JSON");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
     check_context(m, one_lane(*o, m).context);
     std::vector<int32_t> prompt;
     if (!o->tokens.empty()) {
@@ -128,7 +132,7 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--system", o->prompt, "system message");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
     check_context(m, one_lane(*o, m).context);
     if (!m.chat) fail("the model has no chat template; pass --chat-template");
     Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));

@@ -16,6 +16,7 @@ Runner add_serve(CLI::App& app) {
   auto* c = app.add_subcommand("serve", "serve a model over the OpenAI-compatible HTTP API");
   struct Opts {
     std::string model, chat_template, key_file;
+    int thinking = -1;
     server::ServerOptions s;
     int threads = 0;
     std::string backend = "auto";
@@ -50,10 +51,13 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--threads", o->threads, "compute threads (0: all cores)");
   c->add_option("--backend", o->backend,
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
-  c->add_option("--chat-template", o->chat_template, "chatml, llama3 or deepseek instead of the file's template");
+  c->add_option("--chat-template", o->chat_template,
+                "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
+  c->add_flag_callback("--thinking", [o] { o->thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
+  c->add_flag_callback("--no-thinking", [o] { o->thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
     log::info("backend {}: {}", m.backend.name, m.backend.detail);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);

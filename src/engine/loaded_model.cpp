@@ -33,8 +33,20 @@ void check_context(const LoadedModel& m, int64_t context) {
     fail("--context {} is longer than the CUDA attention kernel serves ({})", context, kCudaMaxContext);
 }
 
+namespace {
+
+void apply_thinking(LoadedModel& m, int thinking) {
+  if (thinking < 0) return;
+  if (!m.chat || !m.chat->has_thinking())
+    fail("--{}thinking: the chat format ({}) has no thinking mode", thinking ? "" : "no-",
+         m.chat ? m.chat->name() : "none");
+  m.chat->set_thinking(thinking == 1);
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template,
-                       const std::string& backend) {
+                       const std::string& backend, int thinking) {
   LoadedModel m;
   if (is_safetensors_checkpoint(path)) {  // config.json picks the family; tokenizer.json sits beside it
     auto ck = std::make_shared<const SafetensorsCheckpoint>(path);
@@ -44,7 +56,8 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
     fam.inspect_safetensors(*ck, cfg);
     if (backend == "cuda") fail("--backend cuda: {}: the {} family has no CUDA path", path, fam.name);
     m.tokenizer = Tokenizer::from_json_file(dir + "/tokenizer.json");
-    if (!chat_template.empty()) m.chat = ChatFormat::from_name(chat_template);
+    m.chat = ChatFormat::from_name(chat_template.empty() ? fam.name : chat_template);  // V4: its own encoding
+    apply_thinking(m, thinking);
     m.backend = choose_backend("cpu");
     m.model = fam.load_safetensors(ck, cfg, pool);
     if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
@@ -58,6 +71,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
   const FamilyEntry& fam = family_for_architecture(*arch);
   m.tokenizer = Tokenizer::from_gguf(*m.file);
   m.chat = chat_format_of(*m.file, chat_template);
+  apply_thinking(m, thinking);
   m.backend = backend_for(*m.file, backend);
   m.model = m.backend.name == "cuda" ? fam.load_gguf_cuda(m.file) : fam.load_gguf(m.file, pool);
   if (m.tokenizer->n_vocab() != m.model->info().n_vocab)

@@ -98,7 +98,12 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
         bad(p + ".role", fmt::format("'{}.role' = '{}' is not one of system, user, assistant, tool", p, role));
       if (!m[i].contains("content") || m[i]["content"].is_null())
         bad(p + ".content", fmt::format("'{}.content' is required", p));
-      q.messages.push_back({role, content_text(m[i]["content"], p + ".content")});
+      q.messages.push_back({role, content_text(m[i]["content"], p + ".content"), {}});
+      if (role == "assistant" && m[i].contains("reasoning_content") && !m[i]["reasoning_content"].is_null()) {
+        if (!m[i]["reasoning_content"].is_string())
+          bad(p + ".reasoning_content", fmt::format("'{}.reasoning_content' must be a string", p));
+        q.messages.back().reasoning = m[i]["reasoning_content"].get<std::string>();
+      }
     }
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");

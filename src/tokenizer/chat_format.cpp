@@ -49,7 +49,8 @@ ChatFormat ChatFormat::from_name(const std::string& name) {
   if (name == "chatml") f.kind_ = ChatFormatKind::ChatML;
   else if (name == "llama3") f.kind_ = ChatFormatKind::Llama3;
   else if (name == "deepseek") f.kind_ = ChatFormatKind::DeepSeek;
-  else fail("unknown chat template name '{}' (chatml, llama3, deepseek)", name);
+  else if (name == "deepseek_v4") f.kind_ = ChatFormatKind::DeepSeekV4;
+  else fail("unknown chat template name '{}' (chatml, llama3, deepseek, deepseek_v4)", name);
   return f;
 }
 
@@ -58,6 +59,7 @@ const char* ChatFormat::name() const {
     case ChatFormatKind::ChatML: return "chatml";
     case ChatFormatKind::Llama3: return "llama3";
     case ChatFormatKind::DeepSeek: return "deepseek";
+    case ChatFormatKind::DeepSeekV4: return thinking_ ? "deepseek_v4 (thinking)" : "deepseek_v4 (chat)";
   }
   return "?";
 }
@@ -84,6 +86,28 @@ std::string ChatFormat::render(const std::vector<ChatMessage>& msgs, bool add_ge
       }
       if (add_generation_prompt) out += "<｜Assistant｜>";
       break;
+    case ChatFormatKind::DeepSeekV4: {
+      // The release's encoding/encoding_dsv4.py: BOS once, system text bare, each user turn followed by the
+      // assistant marker and <think> (thinking mode, from the last user turn on) or </think>; earlier replies'
+      // reasoning dropped; every reply closed by EOS. The generation prompt is the marker after the last user turn.
+      int64_t last_user = -1;
+      for (size_t i = 0; i < msgs.size(); ++i)
+        if (msgs[i].role == "user" || msgs[i].role == "tool") last_user = int64_t(i);
+      out += "<｜begin▁of▁sentence｜>";
+      for (size_t i = 0; i < msgs.size(); ++i) {
+        const ChatMessage& m = msgs[i];
+        if (m.role == "system") {
+          out += m.content;
+        } else if (m.role == "assistant") {
+          if (thinking_ && int64_t(i) > last_user) out += m.reasoning + "</think>";
+          out += m.content + "<｜end▁of▁sentence｜>";
+        } else {
+          out += "<｜User｜>" + m.content + "<｜Assistant｜>";
+          out += thinking_ && int64_t(i) >= last_user ? "<think>" : "</think>";
+        }
+      }
+      break;
+    }
   }
   return out;
 }

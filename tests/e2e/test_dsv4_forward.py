@@ -95,3 +95,30 @@ def test_resumed_equals_fresh(server):
     assert first["usage"]["prompt_tokens"] > 128, first["usage"]
     assert (cached_tokens(again) or 0) > 0, "the second request should reuse cached pages"
     assert ids_of(first) == ids_of(again), describe_diff("resumed", ids_of(first), ids_of(again), "fresh", "resumed")
+
+
+@pytest.mark.parametrize("flag,mode", [(None, "thinking"), ("--no-thinking", "chat")])
+def test_chat_encoding_matches_the_release_encoder(tf_bin, tiny, tmp_path, flag, mode):
+    """/tokenize of chat messages equals the HF tokenizer's ids of the release encoder's string (both modes)."""
+    import json
+    import urllib.request
+
+    from tokenizers import Tokenizer
+
+    cases = json.loads((ROOT / "tests/fixtures/dsv4_chat/cases.json").read_text())
+    tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    srv = launch_server(tf_bin, str(tiny), tmp_path / "server.log", [flag] if flag else [])
+    try:
+        for c in (c for c in cases if c["mode"] == mode):
+            req = urllib.request.Request(srv.base_url + "/tokenize", data=json.dumps({"messages": c["messages"]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            got = json.loads(urllib.request.urlopen(req, timeout=30).read())["tokens"]
+            assert got == tok.encode(c["text"], add_special_tokens=False).ids, (c["name"], mode)
+    finally:
+        srv.stop()
+
+
+def test_thinking_flag_refused_for_formats_without_it(tf_bin, model_path):
+    proc = subprocess.run([tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--no-thinking"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "--no-thinking: the chat format (chatml) has no thinking mode" in proc.stderr
