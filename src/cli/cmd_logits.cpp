@@ -11,7 +11,8 @@ Runner add_logits(CLI::App& app) {
   auto* c = app.add_subcommand("logits", "teacher-forced logits of every prompt position as float32 .npy [T, vocab]");
   struct Opts {
     std::string model, tokens, prompt, out;
-    int64_t chunk = 0, context = 4096;
+    int64_t chunk = 0, context = 4096, mtp = 0;
+    std::string mtp_out;
     int threads = 0;
     std::string backend = "auto";
   };
@@ -23,6 +24,8 @@ Runner add_logits(CLI::App& app) {
   c->add_option("--out", o->out, "output .npy")->required();
   c->add_option("--chunk", o->chunk, "prefill N tokens per forward through the KV cache (0: all at once)");
   c->add_option("--context", o->context);
+  c->add_option("--mtp-drafts", o->mtp, "also print this many MTP drafts after the tokens (models with MTP)");
+  c->add_option("--mtp-out", o->mtp_out, "write the MTP drafts' logits as .npy [drafts, vocab]");
   c->add_option("--threads", o->threads);
   c->add_option("--backend", o->backend,
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
@@ -35,6 +38,14 @@ Runner add_logits(CLI::App& app) {
       if (id >= m.tokenizer->n_vocab()) fail("token id {} is outside the vocabulary of {}", id, m.tokenizer->n_vocab());
     auto logits = prompt_logits(*m.model, ids, o->chunk);
     write_npy_f32(o->out, logits.data(), int64_t(ids.size()), m.model->info().n_vocab);
+    if (o->mtp > 0) {
+      std::vector<float> lg;
+      const auto drafts = mtp_drafts(*m.model, ids, o->mtp, &lg);
+      std::string line = "mtp drafts:";
+      for (int32_t d : drafts) line += " " + std::to_string(d);
+      std::printf("%s\n", line.c_str());
+      if (!o->mtp_out.empty()) write_npy_f32(o->mtp_out, lg.data(), int64_t(drafts.size()), m.model->info().n_vocab);
+    }
     return 0;
   };
 }

@@ -36,7 +36,7 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache")
       ->check(CLI::Range(0.0, 1.0e6));
-  c->add_option("--drafter", o->s.engine.drafter, "auto, none or ctx");
+  c->add_option("--drafter", o->s.engine.drafter, "auto (ctx), none, ctx, or mtp for models that ship an MTP layer");
   c->add_option("--draft-max", o->s.engine.draft_max, "drafted tokens per round and sequence")
       ->check(CLI::Range(int64_t(0), int64_t(64)));
   c->add_flag_callback(

@@ -31,4 +31,13 @@ std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& ids, 
   return out;
 }
 
+std::vector<int32_t> mtp_drafts(Model& model, const std::vector<int32_t>& ids, int64_t k, std::vector<float>* logits) {
+  if (!model.has_mtp()) fail("this model has no MTP layer to draft with");
+  if (ids.size() < 2) fail("MTP drafts need at least two tokens");
+  DirectSequence seq(model, int64_t(ids.size()) + k);
+  std::vector<float> last(static_cast<size_t>(model.info().n_vocab));
+  seq.feed(ids.data(), int64_t(ids.size()) - 1, last.data(), false);
+  return model.draft_mtp(seq.pages(), ids, k, logits);
+}
+
 }  // namespace tf

@@ -16,6 +16,7 @@ class DirectSequence {
   // Feeds ids at positions [n_fed, n_fed + n) in one forward; writes logits of every row (or only the last).
   void feed(const int32_t* ids, int64_t n, float* logits, bool all_logits);
   int64_t n_fed() const { return n_fed_; }
+  const std::vector<int32_t>& pages() const { return lease_.pages; }
 
  private:
   Model& model_;
@@ -26,5 +27,8 @@ class DirectSequence {
 
 // Teacher-forced logits of every position, [n, n_vocab], prefilled `chunk` rows per forward (0: all at once).
 std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& ids, int64_t chunk);
+
+// The model's MTP drafts after `ids` (all but the last fed first, as the engine would have), and their logits.
+std::vector<int32_t> mtp_drafts(Model& model, const std::vector<int32_t>& ids, int64_t k, std::vector<float>* logits);
 
 }  // namespace tf

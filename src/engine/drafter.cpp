@@ -1,6 +1,7 @@
 #include "engine/drafter.h"
 
 #include "base/error.h"
+#include "model/model.h"
 
 namespace tf {
 
@@ -20,11 +21,17 @@ std::vector<int32_t> ContextDrafter::propose(const DraftInput& in) {
   return {};
 }
 
-std::unique_ptr<Drafter> make_drafter(const std::string& name) {
+std::vector<int32_t> MtpDrafter::propose(const DraftInput& in) {
+  if (!in.pages || in.max_tokens <= 0) return {};
+  return model_.draft_mtp(*in.pages, *in.tokens, in.max_tokens, nullptr);
+}
+
+std::unique_ptr<Drafter> make_drafter(const std::string& name, Model* model) {
   if (name == "none") return nullptr;
   if (name == "auto" || name == "ctx") return std::make_unique<ContextDrafter>();
+  if (name == "mtp" && model && model->has_mtp()) return std::make_unique<MtpDrafter>(*model);
   if (name == "mtp" || name == "dspark") fail("drafter '{}' needs a model that ships one (not this checkpoint)", name);
-  fail("unknown drafter '{}' (auto, none, ctx)", name);
+  fail("unknown drafter '{}' (auto, none, ctx, mtp)", name);
 }
 
 }  // namespace tf

@@ -11,7 +11,10 @@ namespace tf {
 struct DraftInput {
   const std::vector<int32_t>* tokens = nullptr;  // prompt + reply so far; the last one is being fed this round
   int64_t max_tokens = 0;                        // at most this many proposals
+  const std::vector<int32_t>* pages = nullptr;   // the sequence's KV pages (model drafters read its state there)
 };
+
+class Model;
 
 // Proposes tokens that the engine verifies against its own sampling; a proposal never changes the reply.
 class Drafter {
@@ -32,7 +35,19 @@ class ContextDrafter : public Drafter {
   int max_ngram_, min_ngram_;
 };
 
-// "auto", "none" or "ctx"; nullptr for none. Throws for an unknown name.
-std::unique_ptr<Drafter> make_drafter(const std::string& name);
+// The model's own drafter (DeepSeek's MTP layer), greedy over its logits.
+class MtpDrafter : public Drafter {
+ public:
+  explicit MtpDrafter(Model& model) : model_(model) {}
+  const char* name() const override { return "mtp"; }
+  std::vector<int32_t> propose(const DraftInput& in) override;
+
+ private:
+  Model& model_;
+};
+
+// "auto" (ctx), "none", "ctx" or "mtp" (models that ship an MTP layer); nullptr for none. Throws for an unknown name
+// or an MTP request the model cannot serve.
+std::unique_ptr<Drafter> make_drafter(const std::string& name, Model* model = nullptr);
 
 }  // namespace tf

@@ -53,7 +53,7 @@ struct Engine::Seq {
 };
 
 Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
-    : model_(model), tok_(tok), opts_(std::move(opts)), drafter_(make_drafter(opts_.drafter)) {
+    : model_(model), tok_(tok), opts_(std::move(opts)), drafter_(make_drafter(opts_.drafter, &model)) {
   TF_CHECK(opts_.parallel > 0 && opts_.context > 1 && opts_.chunk > 0, "bad engine options");
   const int64_t page_floats = opts_.page_size * model_.kv_floats_per_token();
   const int64_t lane_pages = (opts_.context + opts_.page_size - 1) / opts_.page_size;
@@ -196,7 +196,7 @@ void Engine::round() {
       const int64_t pos = int64_t(s.tokens.size()) - 1;
       const int64_t left = s.req.max_tokens - int64_t(s.result.ids.size());
       if (drafter_ && s.req.allow_draft && left > 1)
-        p.drafts = drafter_->propose({&s.tokens, std::min(opts_.draft_max, left - 1)});
+        p.drafts = drafter_->propose({&s.tokens, std::min(opts_.draft_max, left - 1), &s.lease.pages});
       rows.push_back({&s.lease.pages, s.tokens.back(), int32_t(pos), true});
       for (size_t i = 0; i < p.drafts.size(); ++i)
         rows.push_back({&s.lease.pages, p.drafts[i], int32_t(pos + 1 + int64_t(i)), true});

@@ -74,6 +74,12 @@ class Model {
                               std::vector<RowCandidates>& out);
   // The full logits of logits row `k` of the last forward_sample, for draws the candidates cannot decide.
   virtual void last_logits_row(int64_t k, float* out);
+  // Model-provided drafter (DeepSeek's MTP): proposals after `tokens` of the sequence with these pages.
+  virtual bool has_mtp() const { return false; }
+  virtual std::vector<int32_t> draft_mtp(const std::vector<int32_t>&, const std::vector<int32_t>&, int64_t,
+                                         std::vector<float>*) {
+    return {};
+  }
 };
 
 // Family registry: each family folder registers itself by the architecture names it reads.

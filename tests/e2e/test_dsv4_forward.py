@@ -122,3 +122,44 @@ def test_thinking_flag_refused_for_formats_without_it(tf_bin, model_path):
     proc = subprocess.run([tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--no-thinking"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "--no-thinking: the chat format (chatml) has no thinking mode" in proc.stderr
+
+
+def test_mtp_drafts_match_the_float64_reference(tf_bin, tiny, ids, tmp_path):
+    """MTP (no transformers implementation): drafts and their logits against the numpy reference's mtp_drafts."""
+    prompt = ids[:150]
+    out = tmp_path / "mtp.npy"
+    proc = subprocess.run([tf_bin, "logits", str(tiny), "--tokens", ",".join(map(str, prompt)), "--out",
+                           str(tmp_path / "l.npy"), "--mtp-drafts", "4", "--mtp-out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got_ids = [int(t) for t in proc.stdout.split("mtp drafts:")[1].split()]
+    ref_ids, ref = dsv4_reference.Model(dsv4_reference.Checkpoint(str(tiny))).mtp_drafts(prompt, 4)
+    got = np.load(out).astype(np.float64)
+    rel = np.abs(got - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert rel.max() < 1e-4, rel
+    assert got_ids == ref_ids
+
+
+def test_mtp_drafted_equals_serial(tf_bin, tiny, tmp_path):
+    import urllib.request
+
+    serial = launch_server(tf_bin, str(tiny), tmp_path / "serial.log", ["--no-drafts", "--context", "512"])
+    drafted = launch_server(tf_bin, str(tiny), tmp_path / "mtp.log",
+                            ["--drafter", "mtp", "--draft-max", "3", "--context", "512"])
+    try:
+        for i, p in enumerate(PROMPTS[:3]):
+            b = body(p, n=48, seed=i, temperature=0.9 if i else 0)
+            a, d = ids_of(generate(serial, COMPLETIONS, b)), ids_of(generate(drafted, COMPLETIONS, b))
+            assert a == d, describe_diff(f"prompt {i}", a, d, "serial", "mtp-drafted")
+        text = urllib.request.urlopen(drafted.base_url + "/metrics", timeout=10).read().decode()
+        drafted_tokens = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("tensorfold_draft_tokens_total")]
+        assert drafted_tokens and drafted_tokens[0] > 0, "the MTP drafter proposed nothing"
+    finally:
+        serial.stop()
+        drafted.stop()
+
+
+def test_mtp_drafter_refused_without_an_mtp_layer(tf_bin, model_path, tmp_path):
+    proc = subprocess.run([tf_bin, "serve", model_path, "--drafter", "mtp", "--port", "1"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0 and "drafter 'mtp' needs a model that ships one" in proc.stderr + proc.stdout

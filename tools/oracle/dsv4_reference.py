@@ -135,14 +135,35 @@ class Model:
         ent = rms((kv * wts).sum(1), norm_w, self.eps)
         return rope(ent, np.arange(n) * R, pos_f)
 
-    def attention(self, p, x, ratio, pos):
+    def qkv(self, p, x, pos, f):
         c, ck = self.c, self.ck
         T, H, d = x.shape[0], c["num_attention_heads"], c["head_dim"]
-        f = self.fcomp if ratio else self.fmain
         qr = rms(x @ ck.w(p + "attn.wq_a").T, ck.t(p + "attn.q_norm.weight"), self.eps)
         q = (qr @ ck.w(p + "attn.wq_b").T).reshape(T, H, d)
         q = rope(rms(q, None, self.eps), pos[:, None], f)
         kv = rope(rms(x @ ck.w(p + "attn.wkv").T, ck.t(p + "attn.kv_norm.weight"), self.eps), pos, f)
+        return qr, q, kv
+
+    def attend(self, p, q, keys, bias, pos, f):
+        """Softmax with the sink over keys (bias -inf masks), inverse RoPE, grouped output projection."""
+        c, ck = self.c, self.ck
+        T, H, d = q.shape[0], c["num_attention_heads"], c["head_dim"]
+        sinks = ck.t(p + "attn.attn_sink")
+        logits = np.einsum("thd,sd->ths", q, keys) / math.sqrt(d) + bias[:, None, :]
+        mx = np.maximum(logits.max(-1), sinks[None, :])
+        e = np.exp(logits - mx[..., None])
+        den = e.sum(-1) + np.exp(sinks[None, :] - mx)
+        o = rope(np.einsum("ths,sd->thd", e / den[..., None], keys), -pos[:, None], f)
+        G = c["o_groups"]
+        wo_a = ck.w(p + "attn.wo_a").reshape(G, -1, H * d // G)
+        u = np.einsum("tgi,goi->tgo", o.reshape(T, G, -1), wo_a).reshape(T, -1)
+        return u @ ck.w(p + "attn.wo_b").T
+
+    def attention(self, p, x, ratio, pos):
+        c, ck = self.c, self.ck
+        T, d = x.shape[0], c["head_dim"]
+        f = self.fcomp if ratio else self.fmain
+        qr, q, kv = self.qkv(p, x, pos, f)
         W = c["sliding_window"]
         s_idx = np.arange(T)
         mask = (s_idx[None, :] <= pos[:, None]) & (pos[:, None] - s_idx[None, :] < W)
@@ -158,17 +179,7 @@ class Model:
                 vis &= self.indexer(p, x, qr, pos, n)
             keys = np.concatenate([kv, ent], 0)
             bias = np.concatenate([bias, np.where(vis, 0.0, -np.inf)], 1)
-        sinks = ck.t(p + "attn.attn_sink")
-        logits = np.einsum("thd,sd->ths", q, keys) / math.sqrt(d) + bias[:, None, :]
-        mx = np.maximum(logits.max(-1), sinks[None, :])
-        e = np.exp(logits - mx[..., None])
-        den = e.sum(-1) + np.exp(sinks[None, :] - mx)
-        o = np.einsum("ths,sd->thd", e / den[..., None], keys)
-        o = rope(o, -pos[:, None], f)
-        G = c["o_groups"]
-        wo_a = ck.w(p + "attn.wo_a").reshape(G, -1, H * d // G)
-        u = np.einsum("tgi,goi->tgo", o.reshape(T, G, -1), wo_a).reshape(T, -1)
-        return u @ ck.w(p + "attn.wo_b").T
+        return self.attend(p, q, keys, bias, pos, f)
 
     def indexer(self, p, x, qr, pos, n):
         c, ck = self.c, self.ck
@@ -224,10 +235,54 @@ class Model:
             post, comb, col = self.hc_mix(p, "ffn", X)
             F = self.moe(p, rms(col, ck.t(p + "ffn_norm.weight"), self.eps), ids)
             X = post[:, :, None] * F[:, None, :] + np.einsum("tjk,tjd->tkd", comb, X)
+        self.last_X = X
+        return self.head(X, "", "norm.weight")
+
+    def head(self, X, pre_name, norm_name):
+        c, ck = self.c, self.ck
         flat = rms(X.reshape(X.shape[0], -1), None, self.eps)
-        pre = 1 / (1 + np.exp(-(flat @ ck.t("hc_head_fn").T * ck.t("hc_head_scale")[0] + ck.t("hc_head_base"))))
+        fn, base, scale = (ck.t(f"{pre_name}hc_head_{k}") for k in ("fn", "base", "scale"))
+        pre = 1 / (1 + np.exp(-(flat @ fn.T * scale[0] + base)))
         h = ((pre + c["hc_eps"])[:, :, None] * X).sum(1)
-        return rms(h, ck.t("norm.weight"), self.eps) @ ck.w("head").T
+        return rms(h, ck.t(norm_name), self.eps) @ ck.w("head").T
+
+    def mtp_drafts(self, ids, k):
+        """Greedy MTP drafts after ids (spec 2.6): kv teacher-forced at positions 1..n-1 from the main streams at
+        p - 1 and the token at p, then the block chained on its own output streams; returns drafts and logits."""
+        c, ck, p = self.c, self.ck, "mtp.0."
+        n, W = len(ids) - 1, c["sliding_window"]
+        self.forward(ids[:n])
+        Xm = self.last_X
+
+        def inputs(tok, h):
+            e = rms(ck.t("embed.weight")[tok], ck.t(p + "enorm.weight"), self.eps) @ ck.w(p + "e_proj").T
+            return e[None, :] + rms(h, ck.t(p + "hnorm.weight"), self.eps) @ ck.w(p + "h_proj").T
+
+        def block_kv(X, pos):
+            _, _, col = self.hc_mix(p, "attn", X[None])
+            xn = rms(col, ck.t(p + "attn_norm.weight"), self.eps)
+            return self.qkv(p, xn, np.array([pos]), self.fmain)
+
+        kvs = {pos: block_kv(inputs(ids[pos], Xm[pos - 1]), pos)[2][0] for pos in range(1, n)}
+        drafts, out, h = [], [], Xm[n - 1]
+        for i in range(k):
+            q = n + i
+            X = inputs(ids[n] if i == 0 else drafts[-1], h)
+            post, comb, col = self.hc_mix(p, "attn", X[None])
+            xn = rms(col, ck.t(p + "attn_norm.weight"), self.eps)
+            _, qv, kv = self.qkv(p, xn, np.array([q]), self.fmain)
+            kvs[q] = kv[0]
+            keys = np.stack([kvs[s] for s in range(max(1, q - W + 1), q + 1)])
+            F = self.attend(p, qv, keys, np.zeros((1, len(keys))), np.array([q]), self.fmain)
+            X = post[:, :, None] * F[:, None, :] + np.einsum("tjk,tjd->tkd", comb, X[None])
+            post, comb, col = self.hc_mix(p, "ffn", X)
+            F = self.moe(p, rms(col, ck.t(p + "ffn_norm.weight"), self.eps), [0])
+            X = post[:, :, None] * F[:, None, :] + np.einsum("tjk,tjd->tkd", comb, X)
+            lg = self.head(X, p, p + "norm.weight")[0]
+            out.append(lg)
+            drafts.append(int(np.argmax(lg)))
+            h = X[0]
+        return drafts, np.array(out)
 
 
 def main():

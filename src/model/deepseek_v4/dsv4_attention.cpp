@@ -63,26 +63,71 @@ void Model::compress_rows(const Layer& L, const std::vector<BatchRow>& rows, boo
   });
 }
 
-void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out) {
-  const int64_t n = int64_t(rows.size()), D = c_.hidden, H = c_.n_head, d = c_.head_dim, qrk = c_.q_lora;
-  const int64_t G = c_.o_groups, ol = c_.o_lora, W = c_.window, R = L.ratio;
-  const std::vector<double>& f = R ? f_comp_ : f_main_;
-  std::vector<float> qa(size_t(n * qrk)), qr(size_t(n * qrk)), q(size_t(n * H * d)), kv(size_t(n * d));
+void Model::q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& qr,
+                     std::vector<float>& q, std::vector<float>& kv) {
+  const int64_t H = c_.n_head, d = c_.head_dim, qrk = c_.q_lora;
+  const std::vector<double>& f = L.ratio ? f_comp_ : f_main_;
+  std::vector<float> qa(size_t(n * qrk)), kvr(size_t(n * d));
+  qr.resize(size_t(n * qrk)), q.resize(size_t(n * H * d)), kv.resize(size_t(n * d));
   cpu::matmul_scaled(L.wq_a, x, n, qa.data(), pool_);
   cpu::rmsnorm(qa.data(), L.q_norm.data(), n, qrk, float(c_.rms_eps), qr.data());
   cpu::matmul_scaled(L.wq_b, qr.data(), n, q.data(), pool_);
-  cpu::matmul_scaled(L.wkv, x, n, kv.data(), pool_);
-  std::vector<float> kvn(kv.size());
-  cpu::rmsnorm(kv.data(), L.kv_norm.data(), n, d, float(c_.rms_eps), kvn.data());
+  cpu::matmul_scaled(L.wkv, x, n, kvr.data(), pool_);
+  cpu::rmsnorm(kvr.data(), L.kv_norm.data(), n, d, float(c_.rms_eps), kv.data());
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t p = rows[size_t(r)].pos;
     for (int64_t h = 0; h < H; ++h) {
       rms_unweighted(q.data() + (r * H + h) * d, d, c_.rms_eps);
-      rope(q.data() + (r * H + h) * d, d, f, p);
+      rope(q.data() + (r * H + h) * d, d, f, pos[r]);
     }
-    rope(kvn.data() + r * d, d, f, p);
-    std::copy_n(kvn.data() + r * d, d, slot(rows[size_t(r)], p) + L.off_kv);
+    rope(kv.data() + r * d, d, f, pos[r]);
   }
+}
+
+void Model::attend_row(const Layer& L, const float* q, const std::vector<const float*>& keys, int64_t pos,
+                       float* o) const {
+  const int64_t H = c_.n_head, d = c_.head_dim;
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> lg(keys.size());
+  for (int64_t h = 0; h < H; ++h) {
+    const float* qh = q + h * d;
+    double mx = L.sinks[size_t(h)];
+    for (size_t k = 0; k < keys.size(); ++k) {
+      double s = 0;
+      for (int64_t i = 0; i < d; ++i) s += double(qh[i]) * double(keys[k][i]);
+      lg[k] = s * scale;
+      mx = std::max(mx, lg[k]);
+    }
+    double den = std::exp(double(L.sinks[size_t(h)]) - mx);
+    for (size_t k = 0; k < keys.size(); ++k) den += (lg[k] = std::exp(lg[k] - mx));
+    float* oh = o + h * d;
+    for (int64_t i = 0; i < d; ++i) {
+      double s = 0;
+      for (size_t k = 0; k < keys.size(); ++k) s += lg[k] * double(keys[k][i]);
+      oh[i] = float(s / den);
+    }
+    rope(oh, d, L.ratio ? f_comp_ : f_main_, pos, -1.0);  // values carry RoPE too (K = V): undo it at the query
+  }
+}
+
+void Model::out_proj(const Layer& L, const float* o, int64_t n, float* out) {
+  // Grouped output projection: group g's heads through rows [g ol, (g+1) ol) of wo_a, then wo_b.
+  const int64_t H = c_.n_head, d = c_.head_dim, G = c_.o_groups, ol = c_.o_lora, gin = H * d / G;
+  std::vector<float> og(size_t(n * gin)), ug(size_t(n * ol)), u(size_t(n * G * ol));
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t r = 0; r < n; ++r) std::copy_n(o + r * H * d + g * gin, gin, og.data() + r * gin);
+    cpu::matmul_scaled(L.wo_a.rows(g * ol, ol), og.data(), n, ug.data(), pool_);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(ug.data() + r * ol, ol, u.data() + r * G * ol + g * ol);
+  }
+  cpu::matmul_scaled(L.wo_b, u.data(), n, out, pool_);
+}
+
+void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out) {
+  const int64_t n = int64_t(rows.size()), H = c_.n_head, d = c_.head_dim, W = c_.window, R = L.ratio;
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) pos[size_t(r)] = rows[size_t(r)].pos;
+  std::vector<float> qr, q, kv;
+  q_and_kv(L, x, n, pos.data(), qr, q, kv);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(kv.data() + r * d, d, slot(rows[size_t(r)], pos[size_t(r)]) + L.off_kv);
   // Compressor projections into every row's slot, then the entries of the windows these rows close.
   std::vector<float> qi, iw;
   for (int ix = 0; ix < (R == 4 ? 2 : R ? 1 : 0); ++ix) {
@@ -108,10 +153,9 @@ void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const f
       for (int64_t h = 0; h < IH; ++h) rope(qi.data() + (r * IH + h) * Id, Id, f_comp_, rows[size_t(r)].pos);
   }
   std::vector<float> o(size_t(n * H * d));
-  const double scale = 1.0 / std::sqrt(double(d));
   pool_.parallel_for(size_t(n), 1, [&](size_t r0, size_t r1) {
     std::vector<const float*> keys;
-    std::vector<double> lg, sc;
+    std::vector<double> sc;
     for (size_t r = r0; r < r1; ++r) {
       const BatchRow& b = rows[r];
       const int64_t p = b.pos;
@@ -140,38 +184,10 @@ void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const f
           for (int64_t j = 0; j < vis; ++j) keys.push_back(slot(b, (j + 1) * R - 1) + L.off_ent);
         }
       }
-      lg.resize(keys.size());
-      for (int64_t h = 0; h < H; ++h) {
-        const float* qh = q.data() + (int64_t(r) * H + h) * d;
-        double mx = L.sinks[size_t(h)];
-        for (size_t k = 0; k < keys.size(); ++k) {
-          double s = 0;
-          for (int64_t i = 0; i < d; ++i) s += double(qh[i]) * double(keys[k][i]);
-          lg[k] = s * scale;
-          mx = std::max(mx, lg[k]);
-        }
-        double den = std::exp(double(L.sinks[size_t(h)]) - mx);
-        for (size_t k = 0; k < keys.size(); ++k) den += (lg[k] = std::exp(lg[k] - mx));
-        float* oh = o.data() + (int64_t(r) * H + h) * d;
-        for (int64_t i = 0; i < d; ++i) {
-          double s = 0;
-          for (size_t k = 0; k < keys.size(); ++k) s += lg[k] * double(keys[k][i]);
-          oh[i] = float(s / den);
-        }
-        rope(oh, d, f, p, -1.0);  // values carry RoPE too (K = V): undo it at the query position
-      }
+      attend_row(L, q.data() + int64_t(r) * H * d, keys, p, o.data() + int64_t(r) * H * d);
     }
   });
-  // Grouped output projection: group g's heads through rows [g ol, (g+1) ol) of wo_a, then wo_b.
-  const int64_t gin = H * d / G;
-  std::vector<float> og(size_t(n * gin)), ug(size_t(n * ol)), u(size_t(n * G * ol));
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t r = 0; r < n; ++r) std::copy_n(o.data() + r * H * d + g * gin, gin, og.data() + r * gin);
-    cpu::matmul_scaled(L.wo_a.rows(g * ol, ol), og.data(), n, ug.data(), pool_);
-    for (int64_t r = 0; r < n; ++r) std::copy_n(ug.data() + r * ol, ol, u.data() + r * G * ol + g * ol);
-  }
-  cpu::matmul_scaled(L.wo_b, u.data(), n, out, pool_);
-  (void)D;
+  out_proj(L, o.data(), n, out);
 }
 
 }  // namespace tf::dsv4

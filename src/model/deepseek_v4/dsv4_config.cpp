@@ -106,6 +106,7 @@ int64_t slot_floats(const Config& c) {
     const int64_t r = c.ratio(L), cw = r == 4 ? 2 * c.head_dim : c.head_dim;
     n += c.head_dim + (r ? 2 * cw + c.head_dim : 0) + (r == 4 ? 4 * c.index_dim + c.index_dim : 0);
   }
+  if (c.n_nextn >= 1) n += c.head_dim + c.hc_mult * c.hidden;  // MTP: its kv and the main model's final streams
   return n;
 }
 

@@ -63,11 +63,10 @@ Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& 
   f_main_ = rope_freqs(c_, false);
   f_comp_ = rope_freqs(c_, true);
   const int64_t d = c_.head_dim;
-  for (int64_t il = 0; il < c_.n_layer; ++il) {
-    const std::string p = fmt::format("layers.{}.", il);
+  auto bind = [&](const std::string& p, int64_t ratio, bool hash) {
     Layer L;
-    L.ratio = c_.ratio(il);
-    L.hash = il < c_.n_hash_layers;
+    L.ratio = ratio;
+    L.hash = hash;
     L.attn_norm = floats(k, p + "attn_norm.weight");
     L.ffn_norm = floats(k, p + "ffn_norm.weight");
     L.q_norm = floats(k, p + "attn.q_norm.weight");
@@ -117,7 +116,21 @@ Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& 
       L.w3.push_back(sw(fmt::format("{}ffn.experts.{}.w3", p, e)));
       L.w2.push_back(sw(fmt::format("{}ffn.experts.{}.w2", p, e)));
     }
-    layers_.push_back(std::move(L));
+    return L;
+  };
+  for (int64_t il = 0; il < c_.n_layer; ++il)
+    layers_.push_back(bind(fmt::format("layers.{}.", il), c_.ratio(il), il < c_.n_hash_layers));
+  if (c_.n_nextn >= 1) {
+    const int64_t main_slot = slot_floats_;
+    mtp_ = std::make_unique<Layer>(bind("mtp.0.", 0, false));
+    off_mkv_ = mtp_->off_kv;
+    TF_CHECK(off_mkv_ == main_slot, "MTP kv follows the main layers' slot");
+    off_xm_ = slot_floats_;
+    slot_floats_ += c_.hc_mult * c_.hidden;
+    e_proj_ = sw("mtp.0.e_proj"), h_proj_ = sw("mtp.0.h_proj");
+    enorm_ = floats(k, "mtp.0.enorm.weight"), hnorm_ = floats(k, "mtp.0.hnorm.weight");
+    mtp_norm_ = floats(k, "mtp.0.norm.weight");
+    mtp_hc_head_ = hc(k, "mtp.0.hc_head");
   }
   TF_CHECK(slot_floats_ == slot_floats(c_), "slot layout {} vs {}", slot_floats_, slot_floats(c_));
   info_.kv_bytes_per_token = slot_floats_ * 4;
@@ -140,11 +153,12 @@ float* Model::slot(const BatchRow& r, int64_t pos) const {
   return kv_.get() + (int64_t(page) * page_size_ + pos % page_size_) * slot_floats_;
 }
 
-void Model::hc_mix(const HcWeights& w, int64_t n, double* post, double* comb, float* collapsed) const {
+void Model::hc_mix(const HcWeights& w, const float* Xs, int64_t n, double* post, double* comb,
+                   float* collapsed) const {
   const int64_t hc = c_.hc_mult, D = c_.hidden;
   pool_.parallel_for(size_t(n), 1, [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
-      const float* X = X_.data() + r * size_t(hc * D);
+      const float* X = Xs + r * size_t(hc * D);
       double pre[16];
       hc_weights(w, X, hc, D, c_.rms_eps, c_.hc_eps, c_.hc_iters, pre, post + r * size_t(hc),
                  comb + r * size_t(hc * hc));
@@ -153,6 +167,25 @@ void Model::hc_mix(const HcWeights& w, int64_t n, double* post, double* comb, fl
         for (int64_t i = 0; i < hc; ++i) s += pre[i] * double(X[i * D + j]);
         collapsed[r * size_t(D) + size_t(j)] = float(s);
       }
+    }
+  });
+}
+
+void Model::expand(const float* F, int64_t n, const double* post, const double* comb, float* Xs) const {
+  // X_k <- post_k F + sum_j comb[j, k] X_j, per row in a fixed order.
+  const int64_t hc = c_.hc_mult, D = c_.hidden;
+  pool_.parallel_for(size_t(n), 1, [&](size_t r0, size_t r1) {
+    std::vector<float> old(static_cast<size_t>(hc * D));
+    for (size_t r = r0; r < r1; ++r) {
+      float* X = Xs + r * size_t(hc * D);
+      std::copy_n(X, hc * D, old.data());
+      for (int64_t k = 0; k < hc; ++k)
+        for (int64_t j = 0; j < D; ++j) {
+          double s = post[r * size_t(hc) + size_t(k)] * double(F[r * size_t(D) + size_t(j)]);
+          for (int64_t i = 0; i < hc; ++i)
+            s += comb[(r * size_t(hc) + size_t(i)) * size_t(hc) + size_t(k)] * double(old[size_t(i * D + j)]);
+          X[k * D + j] = float(s);
+        }
     }
   });
 }
@@ -174,51 +207,43 @@ void Model::forward(const std::vector<BatchRow>& rows, float* logits) {
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < hc; ++i) std::copy_n(e.data() + r * D, D, X_.data() + (r * hc + i) * D);
   std::vector<double> post(size_t(n * hc)), comb(size_t(n * hc * hc));
-  auto expand = [&] {  // X_k <- post_k F + sum_j comb[j, k] X_j, per row in a fixed order
-    pool_.parallel_for(size_t(n), 1, [&](size_t r0, size_t r1) {
-      std::vector<float> old(static_cast<size_t>(hc * D));
-      for (size_t r = r0; r < r1; ++r) {
-        float* X = X_.data() + r * size_t(hc * D);
-        std::copy_n(X, hc * D, old.data());
-        for (int64_t k = 0; k < hc; ++k)
-          for (int64_t j = 0; j < D; ++j) {
-            double s = post[r * size_t(hc) + size_t(k)] * double(F[r * size_t(D) + size_t(j)]);
-            for (int64_t i = 0; i < hc; ++i)
-              s += comb[(r * size_t(hc) + size_t(i)) * size_t(hc) + size_t(k)] * double(old[size_t(i * D + j)]);
-            X[k * D + j] = float(s);
-          }
-      }
-    });
-  };
   for (const Layer& L : layers_) {
-    hc_mix(L.hc_attn, n, post.data(), comb.data(), col.data());
+    hc_mix(L.hc_attn, X_.data(), n, post.data(), comb.data(), col.data());
     cpu::rmsnorm(col.data(), L.attn_norm.data(), n, D, float(c_.rms_eps), xn.data());
     attention(L, rows, xn.data(), F.data());
-    expand();
-    hc_mix(L.hc_ffn, n, post.data(), comb.data(), col.data());
+    expand(F.data(), n, post.data(), comb.data(), X_.data());
+    hc_mix(L.hc_ffn, X_.data(), n, post.data(), comb.data(), col.data());
     cpu::rmsnorm(col.data(), L.ffn_norm.data(), n, D, float(c_.rms_eps), xn.data());
     moe(L, rows, xn.data(), F.data());
-    expand();
+    expand(F.data(), n, post.data(), comb.data(), X_.data());
   }
-  // Head: the streams collapsed by hc_head (sigmoid weights, no Sinkhorn), normed, projected.
+  if (mtp_) mtp_teacher_forced(rows);
   std::vector<int64_t> want;
   for (int64_t r = 0; r < n; ++r)
     if (rows[size_t(r)].want_logits) want.push_back(r);
   if (want.empty()) return;
-  std::vector<float> h(want.size() * size_t(D));
-  for (size_t k = 0; k < want.size(); ++k) {
-    const float* X = X_.data() + want[k] * hc * D;
+  std::vector<float> Xw(want.size() * size_t(hc * D));
+  for (size_t k = 0; k < want.size(); ++k) std::copy_n(X_.data() + want[k] * hc * D, hc * D, Xw.data() + k * size_t(hc * D));
+  head_logits(hc_head_, norm_, Xw.data(), int64_t(want.size()), logits);
+}
+
+void Model::head_logits(const HcWeights& hw, const std::vector<float>& normw, const float* Xs, int64_t n,
+                        float* logits) const {
+  // The streams collapsed by the head's mHC weights (sigmoid, no Sinkhorn), normed, projected.
+  const int64_t hc = c_.hc_mult, D = c_.hidden;
+  std::vector<float> h(size_t(n * D)), hn(size_t(n * D));
+  for (int64_t k = 0; k < n; ++k) {
+    const float* X = Xs + k * hc * D;
     double pre[16];
-    hc_head_weights(hc_head_, X, hc, D, c_.rms_eps, c_.hc_eps, pre);
+    hc_head_weights(hw, X, hc, D, c_.rms_eps, c_.hc_eps, pre);
     for (int64_t j = 0; j < D; ++j) {
       double s = 0;
       for (int64_t i = 0; i < hc; ++i) s += pre[i] * double(X[i * D + j]);
-      h[k * size_t(D) + size_t(j)] = float(s);
+      h[size_t(k * D + j)] = float(s);
     }
   }
-  std::vector<float> hn(h.size());
-  cpu::rmsnorm(h.data(), norm_.data(), int64_t(want.size()), D, float(c_.rms_eps), hn.data());
-  cpu::matmul(head_, hn.data(), int64_t(want.size()), logits, pool_);
+  cpu::rmsnorm(h.data(), normw.data(), n, D, float(c_.rms_eps), hn.data());
+  cpu::matmul(head_, hn.data(), n, logits, pool_);
 }
 
 std::unique_ptr<tf::Model> load(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg,

@@ -50,6 +50,11 @@ class Model : public tf::Model {
   int64_t kv_floats_per_token() const override { return slot_floats_; }
   void bind_kv(int64_t n_pages, int64_t page_size) override;
   void forward(const std::vector<BatchRow>& rows, float* logits) override;
+  bool has_mtp() const override { return mtp_ != nullptr; }
+  // Greedy MTP drafts after `tokens` (the last one being fed this round), chaining mtp.0 on its own streams;
+  // `logits` (optional) gets each draft's [vocab] row.
+  std::vector<int32_t> draft_mtp(const std::vector<int32_t>& pages, const std::vector<int32_t>& tokens,
+                                 int64_t max_tokens, std::vector<float>* logits) override;
 
   const Config& config() const { return c_; }
 
@@ -57,9 +62,20 @@ class Model : public tf::Model {
   friend struct Block;
   float* slot(const BatchRow& r, int64_t pos) const;  // the KV slot of position pos of r's sequence
   void attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
+  void q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& qr,
+                std::vector<float>& q, std::vector<float>& kv);
+  void attend_row(const Layer& L, const float* q, const std::vector<const float*>& keys, int64_t pos,
+                  float* o) const;
+  void out_proj(const Layer& L, const float* o, int64_t n, float* out);
   void compress_rows(const Layer& L, const std::vector<BatchRow>& rows, bool indexer);
   void moe(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
-  void hc_mix(const HcWeights& w, int64_t n, double* post, double* comb, float* collapsed) const;
+  void hc_mix(const HcWeights& w, const float* Xs, int64_t n, double* post, double* comb, float* collapsed) const;
+  void expand(const float* F, int64_t n, const double* post, const double* comb, float* Xs) const;
+  void head_logits(const HcWeights& hw, const std::vector<float>& normw, const float* Xs, int64_t n,
+                   float* logits) const;
+  // MTP (mtp.0): the streams x = e_proj(enorm(E[tok])) + h_proj(hnorm(h_i)) from a token and streams h.
+  void mtp_input(const int32_t* toks, const float* h, int64_t n, float* Xs);
+  void mtp_teacher_forced(const std::vector<BatchRow>& rows);
 
   std::shared_ptr<const SafetensorsCheckpoint> ck_;
   Config c_;
@@ -73,6 +89,13 @@ class Model : public tf::Model {
   int64_t slot_floats_ = 0, page_size_ = 0, n_pages_ = 0;
   std::unique_ptr<float[]> kv_;
   std::vector<float> X_;  // [n, hc, D] residual streams
+  // MTP: its block (window-only, non-hash), projections and norms; slots also keep the main model's final streams
+  // (off_xm) and the MTP block's kv (off_mkv) at every position.
+  std::unique_ptr<Layer> mtp_;
+  quant::ScaledWeight e_proj_, h_proj_;
+  std::vector<float> enorm_, hnorm_, mtp_norm_;
+  HcWeights mtp_hc_head_;
+  int64_t off_xm_ = 0, off_mkv_ = 0;
 };
 
 std::unique_ptr<tf::Model> load(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg,
