@@ -12,6 +12,7 @@ Runner add_logits(CLI::App& app) {
   struct Opts {
     std::string model, tokens, prompt, out;
     int64_t chunk = 0, context = 4096, mtp = 0;
+    bool qat = false;
     std::string mtp_out;
     int threads = 0;
     std::string backend = "auto";
@@ -24,6 +25,8 @@ Runner add_logits(CLI::App& app) {
   c->add_option("--out", o->out, "output .npy")->required();
   c->add_option("--chunk", o->chunk, "prefill N tokens per forward through the KV cache (0: all at once)");
   c->add_option("--context", o->context);
+  c->add_flag("--qat", o->qat, "DeepSeek-V4: apply the release's FP8/FP4 activation roundings (off here: the oracles "
+                                "compare float forwards)");
   c->add_option("--mtp-drafts", o->mtp, "also print this many MTP drafts after the tokens (models with MTP)");
   c->add_option("--mtp-out", o->mtp_out, "write the MTP drafts' logits as .npy [drafts, vocab]");
   c->add_option("--threads", o->threads);
@@ -31,7 +34,7 @@ Runner add_logits(CLI::App& app) {
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, "", o->backend);
+    LoadedModel m = load_model(o->model, pool, "", o->backend, -1, o->qat);
     std::vector<int32_t> ids = o->tokens.empty() ? m.tokenizer->encode(o->prompt) : parse_id_list(o->tokens);
     if (ids.empty()) fail("no tokens given");
     for (auto id : ids)

@@ -20,6 +20,7 @@ struct GenOpts {
   int threads = 0;
   bool ignore_eos = false, chat = false;
   int thinking = -1;
+  bool qat = true;
 };
 
 void add_gen_options(CLI::App* c, GenOpts& o) {
@@ -38,6 +39,8 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
                 "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
   c->add_flag_callback("--thinking", [&o] { o.thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
   c->add_flag_callback("--no-thinking", [&o] { o.thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
+  c->add_flag_callback("--no-qat", [&o] { o.qat = false; },
+                       "DeepSeek-V4: skip the release's FP8/FP4 activation roundings");
 }
 
 // Streams one request through a one-lane engine (the server's own code path) to stdout.
@@ -86,7 +89,7 @@ Runner add_run(CLI::App& app) {
   c->add_option("--ids-out", o->ids_out, "write {prompt_ids, ids} as JSON");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking, o->qat);
     check_context(m, one_lane(*o, m).context);
     std::vector<int32_t> prompt;
     if (!o->tokens.empty()) {
@@ -132,7 +135,7 @@ Runner add_chat(CLI::App& app) {
   c->add_option("--system", o->prompt, "system message");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking, o->qat);
     check_context(m, one_lane(*o, m).context);
     if (!m.chat) fail("the model has no chat template; pass --chat-template");
     Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));

@@ -17,6 +17,7 @@ Runner add_serve(CLI::App& app) {
   struct Opts {
     std::string model, chat_template, key_file;
     int thinking = -1;
+    bool qat = true;
     server::ServerOptions s;
     int threads = 0;
     std::string backend = "auto";
@@ -55,9 +56,11 @@ Runner add_serve(CLI::App& app) {
                 "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
   c->add_flag_callback("--thinking", [o] { o->thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
   c->add_flag_callback("--no-thinking", [o] { o->thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
+  c->add_flag_callback("--no-qat", [o] { o->qat = false; },
+                       "DeepSeek-V4: skip the release's FP8/FP4 activation roundings");
   return [o] {
     ThreadPool pool(o->threads);
-    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking);
+    LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking, o->qat);
     log::info("backend {}: {}", m.backend.name, m.backend.detail);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);

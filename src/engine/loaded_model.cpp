@@ -46,7 +46,7 @@ void apply_thinking(LoadedModel& m, int thinking) {
 }  // namespace
 
 LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template,
-                       const std::string& backend, int thinking) {
+                       const std::string& backend, int thinking, bool qat) {
   LoadedModel m;
   if (is_safetensors_checkpoint(path)) {  // config.json picks the family; tokenizer.json sits beside it
     auto ck = std::make_shared<const SafetensorsCheckpoint>(path);
@@ -59,7 +59,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
     m.chat = ChatFormat::from_name(chat_template.empty() ? fam.name : chat_template);  // V4: its own encoding
     apply_thinking(m, thinking);
     m.backend = choose_backend("cpu");
-    m.model = fam.load_safetensors(ck, cfg, pool);
+    m.model = fam.load_safetensors(ck, cfg, pool, qat);
     if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
       fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
            m.model->info().n_vocab);

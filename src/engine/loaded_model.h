@@ -25,8 +25,9 @@ struct LoadedModel {
 // Opens a GGUF model file; `chat_template` ("" = from the file) overrides the template choice; `backend` is
 // auto, cpu or cuda (auto falls back to the CPU, with the reason, when CUDA cannot run this model).
 // `thinking`: -1 keeps the format's default, 0/1 turn a thinking mode off/on (refused for formats without one).
+// `qat`: DeepSeek-V4's activation roundings, on unless false (the float oracles compare with them off).
 LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::string& chat_template = "",
-                       const std::string& backend = "cpu", int thinking = -1);
+                       const std::string& backend = "cpu", int thinking = -1, bool qat = true);
 
 // What `backend` would run for this file, with the reason; fails as load_model would for an explicit "cuda".
 BackendChoice backend_for(const GgufFile& f, const std::string& backend);

@@ -94,7 +94,9 @@ struct FamilyEntry {
   // Safetensors checkpoints: the config.json model_type values it reads, and its check of config and tensors.
   std::vector<std::string> model_types;
   std::function<ModelInfo(const SafetensorsCheckpoint&, const JsonConfig&)> inspect_safetensors;
-  std::function<std::unique_ptr<Model>(std::shared_ptr<const SafetensorsCheckpoint>, const JsonConfig&, ThreadPool&)>
+  // `qat`: the release's activation roundings (DeepSeek-V4), on for serving unless turned off.
+  std::function<std::unique_ptr<Model>(std::shared_ptr<const SafetensorsCheckpoint>, const JsonConfig&, ThreadPool&,
+                                       bool qat)>
       load_safetensors;
 };
 

@@ -32,10 +32,10 @@ def ids():
     return [int(t) for t in np.random.default_rng(1).integers(0, 512, N_TOKENS)]
 
 
-def logits(tf_bin, ck, ids, tmp_path, chunk=0):
-    out = tmp_path / f"logits_{chunk}.npy"
+def logits(tf_bin, ck, ids, tmp_path, chunk=0, qat=False):
+    out = tmp_path / f"logits_{chunk}_{qat}.npy"
     proc = subprocess.run([tf_bin, "logits", str(ck), "--tokens", ",".join(map(str, ids)), "--chunk", str(chunk),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+                           "--out", str(out), *(["--qat"] if qat else [])], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return np.load(out)
 
@@ -58,6 +58,22 @@ def test_chunked_prefill_equals_the_full_forward(tf_bin, tiny, ids, tmp_path, ch
     part = logits(tf_bin, tiny, ids, tmp_path, chunk)
     diff = np.nonzero((full.view(np.uint32) != part.view(np.uint32)).any(axis=1))[0]
     assert diff.size == 0, f"chunk {chunk}: first differing position {diff[0]}"
+
+
+def test_qat_roundings_match_the_reference_and_stay_exact(tf_bin, tiny, ids, tmp_path):
+    """The release's FP8/FP4 activation roundings: chunked equals full bit for bit, and the float64 reference with
+    the same roundings agrees (a value on a grid midpoint may round apart in f32 and f64, so a few rows drift more)."""
+    full = logits(tf_bin, tiny, ids, tmp_path, 0, qat=True)
+    part = logits(tf_bin, tiny, ids, tmp_path, 37, qat=True)
+    assert np.array_equal(full.view(np.uint32), part.view(np.uint32))
+    ref = dsv4_reference.Model(dsv4_reference.Checkpoint(str(tiny)), qat=True).forward(ids)
+    rel = np.abs(full - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert np.mean(rel < 1e-4) > 0.95 and rel.max() < 1e-2, (np.mean(rel < 1e-4), rel.max())
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-2 * np.abs(ref).max(axis=1)
+    assert (full.argmax(1) == ref.argmax(1))[clear].all()
+    plain = logits(tf_bin, tiny, ids, tmp_path)
+    assert not np.array_equal(plain, full), "--qat changed nothing"
 
 
 @pytest.fixture(scope="module")

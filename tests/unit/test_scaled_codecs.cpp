@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/scalar.h"
+#include "quant/scaled/qat.h"
 #include "quant/scaled/scaled.h"
 
 using namespace tf;
@@ -116,4 +117,39 @@ TEST(ScaledCodecs, RefusalsNameTheTensor) {
   EXPECT_NE(quant::scaled_refusal(f).find("'layers.0.attn.wq_a': fp8 block size 48"), std::string::npos);
   f.block = 128;
   EXPECT_EQ(quant::scaled_refusal(f), "");
+}
+
+TEST(Qat, GridRoundingTiesToEven) {
+  using quant::round_e2m1;
+  using quant::round_e4m3;
+  EXPECT_EQ(round_e4m3(1.0625f), 1.0f);    // halfway between 1 and 1.125: the even mantissa
+  EXPECT_EQ(round_e4m3(1.1875f), 1.25f);   // halfway between 1.125 and 1.25
+  EXPECT_EQ(round_e4m3(-447.0f), -448.0f);
+  EXPECT_EQ(round_e4m3(3.5f * 0x1.0p-9f), 4 * 0x1.0p-9f);  // subnormal spacing 2^-9
+  EXPECT_EQ(round_e4m3(0.001f), 0x1.0p-9f);
+  EXPECT_EQ(round_e4m3(0x1.0p-11f), 0.0f);  // a quarter step rounds to zero
+  const float e2m1[][2] = {{0.25f, 0.0f}, {0.75f, 1.0f}, {1.25f, 1.0f}, {1.75f, 2.0f}, {2.5f, 2.0f},
+                           {3.5f, 4.0f},  {5.0f, 4.0f},  {5.5f, 6.0f},  {-0.3f, -0.5f}};
+  for (auto [in, want] : e2m1) EXPECT_EQ(round_e2m1(in), want) << in;
+}
+
+TEST(Qat, BlocksScaleByAPowerOfTwoFromTheirMaximum) {
+  float a[4] = {896.0f, 1.0f, 0.5f, -3.0f};  // amax 896: s = 2, every value already on the scaled grid
+  quant::qat_fp8_blocks(a, 4, 4);
+  EXPECT_EQ(a[0], 896.0f);
+  EXPECT_EQ(a[1], 1.0f);
+  EXPECT_EQ(a[3], -3.0f);
+  float b[3] = {100.0f, 0.3f, 0.0f};  // s = 2^ceil(log2(100/448)) = 1/4: 0.3 / s = 1.2 -> 1.25 -> 0.3125
+  quant::qat_fp8_blocks(b, 3, 3);
+  EXPECT_EQ(b[0], 96.0f);  // 400 is halfway between 384 and 416 (spacing 32): the even 384
+  EXPECT_EQ(b[1], 0.3125f);
+  EXPECT_EQ(b[2], 0.0f);
+  float c[6] = {6.0f, 3.0f, 1.0f, 0.7f, 12.0f, 0.0f};  // two blocks of 3 for FP4: s = 1, then s = 2
+  quant::qat_fp4_blocks(c, 6, 3);
+  EXPECT_EQ(c[3], 1.0f);  // 0.7 / 2 = 0.35 rounds to 0.5
+  EXPECT_EQ(c[4], 12.0f);
+  EXPECT_EQ(c[2], 1.0f);
+  float z[2] = {0.0f, 0.0f};
+  quant::qat_fp8_blocks(z, 2, 2);
+  EXPECT_EQ(z[0], 0.0f);
 }

@@ -89,15 +89,64 @@ def rope(x, pos, f, sign=1.0):
     return out
 
 
+def round_grid(v, mant_bits, min_exp):
+    """Nearest value on a float grid with `mant_bits` mantissa bits and smallest exponent min_exp, ties to even."""
+    a = np.abs(v)
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    step = np.exp2(np.maximum(e, min_exp) - mant_bits)
+    return np.sign(v) * np.round(a / step) * step  # numpy rounds halves to even
+
+
+def qat_blocks(v, block, top, mant_bits, min_exp):
+    """Blocks along the last axis: s = 2^ceil(log2(amax / top)), v = s * grid(v / s) (spec 2, QAT rounding)."""
+    shape = v.shape
+    n = shape[-1]
+    out = v.reshape(-1, n).copy()
+    for b in range(0, n, block):
+        blk = out[:, b:b + block]
+        amax = np.abs(blk).max(1, keepdims=True)
+        s = np.exp2(np.ceil(np.log2(np.where(amax > 0, amax / top, 1.0))))
+        out[:, b:b + block] = np.where(amax > 0, round_grid(blk / s, mant_bits, min_exp) * s, blk)
+    return out.reshape(shape)
+
+
+def fp8(v, block):
+    return qat_blocks(v, block, 448.0, 3, -6)
+
+
+def fp4(v, block):
+    return qat_blocks(v, block, 6.0, 1, 0)
+
+
+def hadamard(v):
+    n = v.shape[-1]
+    h = np.array([[1.0]])
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return v @ h.T / math.sqrt(n)
+
+
 def softplus(x):
     return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
 
 
 class Model:
-    def __init__(self, ck):
-        self.ck, self.c = ck, ck.cfg
+    def __init__(self, ck, qat=False):
+        self.ck, self.c, self.qat = ck, ck.cfg, qat
         self.eps = self.c["rms_norm_eps"]
         self.fmain, self.fcomp = rope_freqs(self.c, False), rope_freqs(self.c, True)
+
+    def mm(self, x, name):
+        """x @ W.T for an FP8 / MXFP4 weight; with QAT the input is first rounded to FP8 in blocks of 128."""
+        return (fp8(x, 128) if self.qat else x) @ self.ck.w(name).T
+
+    def qkv_round(self, kv):
+        if not self.qat:
+            return kv
+        rd = self.c["qk_rope_head_dim"]
+        out = kv.copy()
+        out[..., :-rd] = fp8(kv[..., :-rd], 64)
+        return out
 
     def hc_mix(self, p, site, X):
         c, hc = self.c, self.c["hc_mult"]
@@ -133,16 +182,21 @@ class Model:
         wts = np.exp(gate - gate.max(1, keepdims=True))
         wts /= wts.sum(1, keepdims=True)
         ent = rms((kv * wts).sum(1), norm_w, self.eps)
-        return rope(ent, np.arange(n) * R, pos_f)
+        ent = rope(ent, np.arange(n) * R, pos_f)
+        if self.qat and d == self.c["head_dim"]:
+            ent = self.qkv_round(ent)
+        elif self.qat:
+            ent = fp4(hadamard(ent), 32)
+        return ent
 
     def qkv(self, p, x, pos, f):
         c, ck = self.c, self.ck
         T, H, d = x.shape[0], c["num_attention_heads"], c["head_dim"]
-        qr = rms(x @ ck.w(p + "attn.wq_a").T, ck.t(p + "attn.q_norm.weight"), self.eps)
-        q = (qr @ ck.w(p + "attn.wq_b").T).reshape(T, H, d)
+        qr = rms(self.mm(x, p + "attn.wq_a"), ck.t(p + "attn.q_norm.weight"), self.eps)
+        q = self.mm(qr, p + "attn.wq_b").reshape(T, H, d)
         q = rope(rms(q, None, self.eps), pos[:, None], f)
-        kv = rope(rms(x @ ck.w(p + "attn.wkv").T, ck.t(p + "attn.kv_norm.weight"), self.eps), pos, f)
-        return qr, q, kv
+        kv = rope(rms(self.mm(x, p + "attn.wkv"), ck.t(p + "attn.kv_norm.weight"), self.eps), pos, f)
+        return qr, q, self.qkv_round(kv)
 
     def attend(self, p, q, keys, bias, pos, f):
         """Softmax with the sink over keys (bias -inf masks), inverse RoPE, grouped output projection."""
@@ -156,8 +210,11 @@ class Model:
         o = rope(np.einsum("ths,sd->thd", e / den[..., None], keys), -pos[:, None], f)
         G = c["o_groups"]
         wo_a = ck.w(p + "attn.wo_a").reshape(G, -1, H * d // G)
-        u = np.einsum("tgi,goi->tgo", o.reshape(T, G, -1), wo_a).reshape(T, -1)
-        return u @ ck.w(p + "attn.wo_b").T
+        og = o.reshape(T, G, -1)
+        if self.qat:
+            og = fp8(og, 128)
+        u = np.einsum("tgi,goi->tgo", og, wo_a).reshape(T, -1)
+        return self.mm(u, p + "attn.wo_b")
 
     def attention(self, p, x, ratio, pos):
         c, ck = self.c, self.ck
@@ -187,7 +244,9 @@ class Model:
         ent = self.compress(x @ ck.w(p + "attn.indexer.compressor.wkv").T,
                             x @ ck.w(p + "attn.indexer.compressor.wgate").T, ck.t(p + "attn.indexer.compressor.ape"),
                             4, True, Id, ck.t(p + "attn.indexer.compressor.norm.weight"), self.fcomp)
-        q = rope((qr @ ck.w(p + "attn.indexer.wq_b").T).reshape(T, IH, Id), pos[:, None], self.fcomp)
+        q = rope(self.mm(qr, p + "attn.indexer.wq_b").reshape(T, IH, Id), pos[:, None], self.fcomp)
+        if self.qat:
+            q = fp4(hadamard(q), 32)
         sc = np.maximum(np.einsum("thd,sd->ths", q, ent), 0) * Id ** -0.5
         wts = (x @ ck.w(p + "attn.indexer.weights_proj").T) * IH ** -0.5
         score = (sc * wts[:, :, None]).sum(1)
@@ -218,9 +277,9 @@ class Model:
         return out + self.mlp(p + "ffn.shared_experts.", x, lim)
 
     def mlp(self, p, x, lim):
-        g = np.minimum(x @ self.ck.w(p + "w1").T, lim)
-        u = np.clip(x @ self.ck.w(p + "w3").T, -lim, lim)
-        return (g / (1 + np.exp(-g)) * u) @ self.ck.w(p + "w2").T
+        g = np.minimum(self.mm(x, p + "w1"), lim)
+        u = np.clip(self.mm(x, p + "w3"), -lim, lim)
+        return self.mm(g / (1 + np.exp(-g)) * u, p + "w2")
 
     def forward(self, ids):
         c, ck = self.c, self.ck
@@ -255,8 +314,8 @@ class Model:
         Xm = self.last_X
 
         def inputs(tok, h):
-            e = rms(ck.t("embed.weight")[tok], ck.t(p + "enorm.weight"), self.eps) @ ck.w(p + "e_proj").T
-            return e[None, :] + rms(h, ck.t(p + "hnorm.weight"), self.eps) @ ck.w(p + "h_proj").T
+            e = self.mm(rms(ck.t("embed.weight")[tok], ck.t(p + "enorm.weight"), self.eps)[None], p + "e_proj")
+            return e + self.mm(rms(h, ck.t(p + "hnorm.weight"), self.eps), p + "h_proj")
 
         def block_kv(X, pos):
             _, _, col = self.hc_mix(p, "attn", X[None])

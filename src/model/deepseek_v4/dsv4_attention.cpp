@@ -6,6 +6,7 @@
 
 #include "model/deepseek_v4/dsv4_model.h"
 #include "model/deepseek_v4/dsv4_ops.h"
+#include "quant/scaled/qat.h"
 
 namespace tf::dsv4 {
 
@@ -58,6 +59,12 @@ void Model::compress_rows(const Layer& L, const std::vector<BatchRow>& rows, boo
       const double inv = 1.0 / std::sqrt(ss / double(d) + c_.rms_eps);
       for (int64_t f = 0; f < d; ++f) e[size_t(f)] = float(ent[size_t(f)] * inv * double(C.norm[size_t(f)]));
       rope(e.data(), d, f_comp_, j * R);
+      if (qat_ && indexer) {  // QAT: index keys rotated, then FP4 in blocks of 32
+        hadamard(e.data(), d);
+        quant::qat_fp4_blocks(e.data(), d, 32);
+      } else if (qat_) {
+        qat_kv(e.data(), 1);
+      }
       std::copy(e.begin(), e.end(), slot(rows[r], p) + oe);
     }
   });
@@ -69,10 +76,10 @@ void Model::q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* p
   const std::vector<double>& f = L.ratio ? f_comp_ : f_main_;
   std::vector<float> qa(size_t(n * qrk)), kvr(size_t(n * d));
   qr.resize(size_t(n * qrk)), q.resize(size_t(n * H * d)), kv.resize(size_t(n * d));
-  cpu::matmul_scaled(L.wq_a, x, n, qa.data(), pool_);
+  mm(L.wq_a, x, n, qa.data());
   cpu::rmsnorm(qa.data(), L.q_norm.data(), n, qrk, float(c_.rms_eps), qr.data());
-  cpu::matmul_scaled(L.wq_b, qr.data(), n, q.data(), pool_);
-  cpu::matmul_scaled(L.wkv, x, n, kvr.data(), pool_);
+  mm(L.wq_b, qr.data(), n, q.data());
+  mm(L.wkv, x, n, kvr.data());
   cpu::rmsnorm(kvr.data(), L.kv_norm.data(), n, d, float(c_.rms_eps), kv.data());
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t h = 0; h < H; ++h) {
@@ -81,6 +88,7 @@ void Model::q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* p
     }
     rope(kv.data() + r * d, d, f, pos[r]);
   }
+  qat_kv(kv.data(), n);
 }
 
 void Model::attend_row(const Layer& L, const float* q, const std::vector<const float*>& keys, int64_t pos,
@@ -115,10 +123,10 @@ void Model::out_proj(const Layer& L, const float* o, int64_t n, float* out) {
   std::vector<float> og(size_t(n * gin)), ug(size_t(n * ol)), u(size_t(n * G * ol));
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t r = 0; r < n; ++r) std::copy_n(o + r * H * d + g * gin, gin, og.data() + r * gin);
-    cpu::matmul_scaled(L.wo_a.rows(g * ol, ol), og.data(), n, ug.data(), pool_);
+    mm(L.wo_a.rows(g * ol, ol), og.data(), n, ug.data());
     for (int64_t r = 0; r < n; ++r) std::copy_n(ug.data() + r * ol, ol, u.data() + r * G * ol + g * ol);
   }
-  cpu::matmul_scaled(L.wo_b, u.data(), n, out, pool_);
+  mm(L.wo_b, u.data(), n, out);
 }
 
 void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out) {
@@ -147,10 +155,14 @@ void Model::attention(const Layer& L, const std::vector<BatchRow>& rows, const f
   if (R == 4) {
     qi.resize(size_t(n * IH * Id));
     iw.resize(size_t(n * IH));
-    cpu::matmul_scaled(L.idx_wq_b, qr.data(), n, qi.data(), pool_);
+    mm(L.idx_wq_b, qr.data(), n, qi.data());
     cpu::matmul(L.idx_weights, x, n, iw.data(), pool_);
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t h = 0; h < IH; ++h) rope(qi.data() + (r * IH + h) * Id, Id, f_comp_, rows[size_t(r)].pos);
+      for (int64_t h = 0; h < IH; ++h) {
+        float* v = qi.data() + (r * IH + h) * Id;
+        rope(v, Id, f_comp_, rows[size_t(r)].pos);
+        if (qat_) hadamard(v, Id), quant::qat_fp4_blocks(v, Id, 32);  // QAT: as the index keys
+      }
   }
   std::vector<float> o(size_t(n * H * d));
   pool_.parallel_for(size_t(n), 1, [&](size_t r0, size_t r1) {

@@ -68,6 +68,8 @@ Config parse_config(const JsonConfig& c) {
     k.index_heads = positive(c, "index_n_heads");
     k.index_dim = positive(c, "index_head_dim");
     k.index_topk = positive(c, "index_topk");
+    if (k.index_dim & (k.index_dim - 1))
+      fail("{}: 'index_head_dim' {} is not a power of two (the indexer's Hadamard rotation)", c.where(), k.index_dim);
   }
   k.rope_theta = c.get_float("rope_theta");
   k.compress_rope_theta = c.get_float("compress_rope_theta");

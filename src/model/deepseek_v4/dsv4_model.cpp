@@ -9,6 +9,7 @@
 #include "base/scalar.h"
 #include "model/deepseek_v4/dsv4_checkpoint.h"
 #include "model/deepseek_v4/dsv4_ops.h"
+#include "quant/scaled/qat.h"
 
 namespace tf::dsv4 {
 namespace {
@@ -41,8 +42,8 @@ HcWeights hc(const SafetensorsCheckpoint& ck, const std::string& p) {
 
 }  // namespace
 
-Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool)
-    : ck_(std::move(ck)), c_(parse_config(cfg)), pool_(pool) {
+Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool, bool qat)
+    : ck_(std::move(ck)), c_(parse_config(cfg)), pool_(pool), qat_(qat) {
   const SafetensorsCheckpoint& k = *ck_;
   const CheckpointSummary sum = check_checkpoint(k, c_);
   info_.family = "deepseek_v4";
@@ -247,8 +248,31 @@ void Model::head_logits(const HcWeights& hw, const std::vector<float>& normw, co
 }
 
 std::unique_ptr<tf::Model> load(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg,
-                                ThreadPool& pool) {
-  return std::make_unique<Model>(std::move(ck), cfg, pool);
+                                ThreadPool& pool, bool qat) {
+  return std::make_unique<Model>(std::move(ck), cfg, pool, qat);
+}
+
+void Model::mm(const quant::ScaledWeight& w, const float* x, int64_t n, float* y) {
+  if (!qat_) return cpu::matmul_scaled(w, x, n, y, pool_);
+  std::vector<float> q(x, x + n * w.n_in);
+  for (int64_t r = 0; r < n; ++r) quant::qat_fp8_blocks(q.data() + r * w.n_in, w.n_in, 128);
+  cpu::matmul_scaled(w, q.data(), n, y, pool_);
+}
+
+void Model::mm_experts(const std::vector<quant::ScaledWeight>& w, const float* x, const cpu::ExpertPair* pairs,
+                       int64_t n_pairs, float* y) {
+  if (!qat_) return cpu::matmul_experts(w, x, pairs, n_pairs, y, pool_);
+  int64_t rows = 0;
+  for (int64_t p = 0; p < n_pairs; ++p) rows = std::max<int64_t>(rows, pairs[p].row + 1);
+  const int64_t n_in = w[0].n_in;
+  std::vector<float> q(x, x + rows * n_in);
+  for (int64_t r = 0; r < rows; ++r) quant::qat_fp8_blocks(q.data() + r * n_in, n_in, 128);
+  cpu::matmul_experts(w, q.data(), pairs, n_pairs, y, pool_);
+}
+
+void Model::qat_kv(float* kv, int64_t n) const {
+  if (!qat_) return;
+  for (int64_t r = 0; r < n; ++r) quant::qat_fp8_blocks(kv + r * c_.head_dim, c_.head_dim - c_.rope_dim, 64);
 }
 
 }  // namespace tf::dsv4

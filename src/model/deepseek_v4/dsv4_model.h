@@ -45,7 +45,8 @@ struct Layer {
 // engine's KV pages at the row's own position, so a sequence's state is a function of its prefix alone.
 class Model : public tf::Model {
  public:
-  Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool);
+  // qat: apply the release's FP8/FP4 activation roundings (spec section 2, "QAT rounding").
+  Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool, bool qat);
   const ModelInfo& info() const override { return info_; }
   int64_t kv_floats_per_token() const override { return slot_floats_; }
   void bind_kv(int64_t n_pages, int64_t page_size) override;
@@ -61,6 +62,11 @@ class Model : public tf::Model {
  private:
   friend struct Block;
   float* slot(const BatchRow& r, int64_t pos) const;  // the KV slot of position pos of r's sequence
+  // FP8 / MXFP4 products; with QAT on, their inputs are first rounded to FP8 in blocks of 128 (spec 2).
+  void mm(const quant::ScaledWeight& w, const float* x, int64_t n, float* y);
+  void mm_experts(const std::vector<quant::ScaledWeight>& w, const float* x, const cpu::ExpertPair* pairs,
+                  int64_t n_pairs, float* y);
+  void qat_kv(float* kv, int64_t n) const;  // QAT: a KV row's non-rotary dims to FP8 in blocks of 64
   void attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
   void q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& qr,
                 std::vector<float>& q, std::vector<float>& kv);
@@ -80,6 +86,7 @@ class Model : public tf::Model {
   std::shared_ptr<const SafetensorsCheckpoint> ck_;
   Config c_;
   ThreadPool& pool_;
+  bool qat_ = false;
   ModelInfo info_;
   std::vector<Layer> layers_;
   cpu::WeightView embed_, head_;
@@ -99,6 +106,6 @@ class Model : public tf::Model {
 };
 
 std::unique_ptr<tf::Model> load(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg,
-                                ThreadPool& pool);
+                                ThreadPool& pool, bool qat);
 
 }  // namespace tf::dsv4

@@ -47,20 +47,20 @@ void Model::moe(const Layer& L, const std::vector<BatchRow>& rows, const float* 
   }
   const int64_t np = n * k;
   std::vector<float> h1(size_t(np * I)), h3(size_t(np * I)), y(size_t(np * D));
-  cpu::matmul_experts(L.w1, x, pairs.data(), np, h1.data(), pool_);
-  cpu::matmul_experts(L.w3, x, pairs.data(), np, h3.data(), pool_);
+  mm_experts(L.w1, x, pairs.data(), np, h1.data());
+  mm_experts(L.w3, x, pairs.data(), np, h3.data());
   clamped_swiglu(h1.data(), h3.data(), np * I, c_.swiglu_limit);
   std::vector<cpu::ExpertPair> down(pairs);
   for (int64_t i = 0; i < np; ++i) down[size_t(i)].row = int32_t(i);  // each pair's own activation row
-  cpu::matmul_experts(L.w2, h1.data(), down.data(), np, y.data(), pool_);
+  mm_experts(L.w2, h1.data(), down.data(), np, y.data());
   std::vector<float> shared(size_t(n * D), 0.0f);
   if (c_.n_shared) {
     const int64_t SI = L.sh_w1.n_out;
     std::vector<float> s1(size_t(n * SI)), s3(size_t(n * SI));
-    cpu::matmul_scaled(L.sh_w1, x, n, s1.data(), pool_);
-    cpu::matmul_scaled(L.sh_w3, x, n, s3.data(), pool_);
+    mm(L.sh_w1, x, n, s1.data());
+    mm(L.sh_w3, x, n, s3.data());
     clamped_swiglu(s1.data(), s3.data(), n * SI, c_.swiglu_limit);
-    cpu::matmul_scaled(L.sh_w2, s1.data(), n, shared.data(), pool_);
+    mm(L.sh_w2, s1.data(), n, shared.data());
   }
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < D; ++i) {

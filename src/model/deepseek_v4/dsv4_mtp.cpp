@@ -14,10 +14,10 @@ void Model::mtp_input(const int32_t* toks, const float* h, int64_t n, float* Xs)
   std::vector<float> e(size_t(n * D)), en(size_t(n * D)), ep(size_t(n * D));
   cpu::embedding(embed_, toks, n, e.data());
   cpu::rmsnorm(e.data(), enorm_.data(), n, D, float(c_.rms_eps), en.data());
-  cpu::matmul_scaled(e_proj_, en.data(), n, ep.data(), pool_);
+  mm(e_proj_, en.data(), n, ep.data());
   std::vector<float> hn(size_t(n * hc * D)), hp(size_t(n * hc * D));
   cpu::rmsnorm(h, hnorm_.data(), n * hc, D, float(c_.rms_eps), hn.data());  // each stream on its own
-  cpu::matmul_scaled(h_proj_, hn.data(), n * hc, hp.data(), pool_);
+  mm(h_proj_, hn.data(), n * hc, hp.data());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < hc; ++i)
       for (int64_t j = 0; j < D; ++j)

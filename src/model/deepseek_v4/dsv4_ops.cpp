@@ -38,6 +38,18 @@ void rope(float* v, int64_t len, const std::vector<double>& f, int64_t pos, doub
   }
 }
 
+void hadamard(float* v, int64_t n) {
+  std::vector<double> a(v, v + n);
+  for (int64_t h = 1; h < n; h *= 2)
+    for (int64_t i = 0; i < n; i += 2 * h)
+      for (int64_t j = i; j < i + h; ++j) {
+        const double x = a[size_t(j)], y = a[size_t(j + h)];
+        a[size_t(j)] = x + y, a[size_t(j + h)] = x - y;
+      }
+  const double s = 1.0 / std::sqrt(double(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = float(a[size_t(i)] * s);
+}
+
 void rms_unweighted(float* v, int64_t n, double eps) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += double(v[i]) * double(v[i]);

@@ -13,6 +13,8 @@ struct HcWeights;
 std::vector<double> rope_freqs(const Config& c, bool compress);
 // Rotates the trailing 2 * f.size() values of v (interleaved pairs) by pos * f (sign -1: the inverse rotation).
 void rope(float* v, int64_t len, const std::vector<double>& f, int64_t pos, double sign = 1.0);
+// The orthonormal Walsh-Hadamard rotation H / sqrt(n) of v (n a power of two), in place.
+void hadamard(float* v, int64_t n);
 // v * rsqrt(mean(v^2) + eps), in place, no weight.
 void rms_unweighted(float* v, int64_t n, double eps);
 
