@@ -39,7 +39,7 @@ int info_safetensors(const std::string& path, int64_t context, const std::string
     return 2;
   }
   std::printf("backend:       cpu (every tensor format supported by the CPU kernels)\n");
-  std::printf("forward:       cpu (float32, no QAT rounding)\n");
+  std::printf("forward:       cpu (float32; the release's QAT roundings on for run/serve, --no-qat turns them off)\n");
   return 0;
 }
 

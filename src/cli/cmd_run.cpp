@@ -37,10 +37,7 @@ void add_gen_options(CLI::App* c, GenOpts& o) {
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o.chat_template,
                 "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
-  c->add_flag_callback("--thinking", [&o] { o.thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
-  c->add_flag_callback("--no-thinking", [&o] { o.thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
-  c->add_flag_callback("--no-qat", [&o] { o.qat = false; },
-                       "DeepSeek-V4: skip the release's FP8/FP4 activation roundings");
+  add_model_mode_flags(c, o.thinking, o.qat);
 }
 
 // Streams one request through a one-lane engine (the server's own code path) to stdout.
@@ -101,7 +98,7 @@ Runner add_run(CLI::App& app) {
       std::string text = o->prompt;
       if (o->chat) {
         if (!m.chat) fail("the model has no chat template; pass --chat-template");
-        text = m.chat->render({{"user", o->prompt}}, true);
+        text = m.chat->render({{"user", o->prompt, {}}}, true);
       }
       prompt = m.tokenizer->encode(text);
     }
@@ -140,13 +137,13 @@ Runner add_chat(CLI::App& app) {
     if (!m.chat) fail("the model has no chat template; pass --chat-template");
     Engine engine(*m.model, *m.tokenizer, one_lane(*o, m));
     std::vector<ChatMessage> history;
-    if (!o->prompt.empty()) history.push_back({"system", o->prompt});
+    if (!o->prompt.empty()) history.push_back({"system", o->prompt, {}});
     std::string line;
     for (;;) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
       if (!std::getline(std::cin, line) || line.empty()) break;
-      history.push_back({"user", line});
+      history.push_back({"user", line, {}});
       EngineRequest req;
       req.prompt = m.tokenizer->encode(m.chat->render(history, true));
       if (int64_t(req.prompt.size()) >= engine.context()) {
@@ -157,7 +154,7 @@ Runner add_chat(CLI::App& app) {
       req.sampling = sampling_of(*o, req.prompt);
       EngineResult res = stream_reply(engine, req);
       std::printf("\n");
-      history.push_back({"assistant", res.text});
+      history.push_back({"assistant", res.text, {}});
     }
     return 0;
   };

@@ -54,10 +54,7 @@ Runner add_serve(CLI::App& app) {
                 "auto, cpu or cuda (auto: CUDA when a GPU of compute capability 9.0+ can run the model)");
   c->add_option("--chat-template", o->chat_template,
                 "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
-  c->add_flag_callback("--thinking", [o] { o->thinking = 1; }, "DeepSeek-V4: reason inside <think> first (default)");
-  c->add_flag_callback("--no-thinking", [o] { o->thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
-  c->add_flag_callback("--no-qat", [o] { o->qat = false; },
-                       "DeepSeek-V4: skip the release's FP8/FP4 activation roundings");
+  add_model_mode_flags(c, o->thinking, o->qat);
   return [o] {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking, o->qat);

@@ -8,6 +8,12 @@
 
 namespace tf::cli {
 
+void add_model_mode_flags(CLI::App* c, int& thinking, bool& qat) {
+  c->add_flag_callback("--thinking", [&thinking] { thinking = 1; }, "DeepSeek-V4: reason in <think> first (default)");
+  c->add_flag_callback("--no-thinking", [&thinking] { thinking = 0; }, "DeepSeek-V4: chat mode, answer directly");
+  c->add_flag_callback("--no-qat", [&qat] { qat = false; }, "DeepSeek-V4: skip the release's FP8/FP4 roundings");
+}
+
 std::vector<int32_t> parse_id_list(const std::string& s) {
   std::vector<int32_t> out;
   std::string cur;

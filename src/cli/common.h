@@ -18,6 +18,8 @@ Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
 std::vector<int32_t> parse_id_list(const std::string& s);  // "1,2,3" (spaces allowed)
+// --thinking / --no-thinking and --no-qat (DeepSeek-V4), for run, chat and serve.
+void add_model_mode_flags(CLI::App* c, int& thinking, bool& qat);
 std::vector<std::string> read_lines(const std::string& path);  // split on '\n', raw bytes
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -66,7 +67,10 @@ bool JsonConfig::has(std::string_view key) const { return at(key) != nullptr; }
 int64_t JsonConfig::get_int(std::string_view key) const {
   const json& v = J(need(key));
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>()))) return int64_t(v.get<double>());
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::fabs(d) < 0x1.0p62 && d == std::floor(d)) return int64_t(d);
+  }
   fail("{} must be an integer, found {}", key_path(key), v.dump());
 }
 

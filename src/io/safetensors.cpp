@@ -120,6 +120,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path, int shard) : file_(pat
     if (b > e) fail("{}: tensor '{}': data_offsets [{}, {}] end before they begin", path, name, b, e);
     if (e > data_size)
       fail("{}: tensor '{}': data_offsets [{}, {}] run past the data section ({} bytes)", path, name, b, e, data_size);
+    if (count > UINT64_MAX / st_dtype_size(t.dtype))
+      fail("{}: tensor '{}': shape {} is too large", path, name, v["shape"].dump());
     const uint64_t want = count * st_dtype_size(t.dtype);
     if (e - b != want)
       fail("{}: tensor '{}': {} x {} needs {} bytes but data_offsets [{}, {}] hold {}", path, name,

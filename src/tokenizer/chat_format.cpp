@@ -87,12 +87,16 @@ std::string ChatFormat::render(const std::vector<ChatMessage>& msgs, bool add_ge
       if (add_generation_prompt) out += "<｜Assistant｜>";
       break;
     case ChatFormatKind::DeepSeekV4: {
-      // The release's encoding/encoding_dsv4.py: BOS once, system text bare, each user turn followed by the
-      // assistant marker and <think> (thinking mode, from the last user turn on) or </think>; earlier replies'
-      // reasoning dropped; every reply closed by EOS. The generation prompt is the marker after the last user turn.
+      // As the release's encoding_dsv4.py: the assistant marker (and <think> or </think>) follows every user turn.
       int64_t last_user = -1;
-      for (size_t i = 0; i < msgs.size(); ++i)
-        if (msgs[i].role == "user" || msgs[i].role == "tool") last_user = int64_t(i);
+      for (size_t i = 0; i < msgs.size(); ++i) {
+        if (msgs[i].role == "tool")  // the release merges tool results into DSML blocks, not implemented yet
+          throw Error(fmt::format("messages[{}]: 'tool' messages are not supported by the DeepSeek-V4 chat encoding "
+                                  "yet",
+                                  i),
+                      fmt::format("messages[{}].role", i));
+        if (msgs[i].role == "user") last_user = int64_t(i);
+      }
       out += "<｜begin▁of▁sentence｜>";
       for (size_t i = 0; i < msgs.size(); ++i) {
         const ChatMessage& m = msgs[i];

@@ -115,6 +115,10 @@ CONFIG_CASES = [
     ("ratio", lambda c: c["compress_ratios"].__setitem__(2, 8), "'compress_ratios[2]' is 8"),
     ("missing key", lambda c: c.pop("hidden_size"), "'hidden_size' is required but missing"),
     ("wrong kind", lambda c: c.update(num_attention_heads="4"), "'num_attention_heads' must be an integer"),
+    ("negative mtp", lambda c: c.update(num_nextn_predict_layers=-1, compress_ratios=c["compress_ratios"][:-2]),
+     "'num_nextn_predict_layers' must not be negative"),
+    ("index dim", lambda c: c.update(index_head_dim=4), "'index_head_dim' 4 is smaller than qk_rope_head_dim 8"),
+    ("norm_topk", lambda c: c.update(norm_topk_prob=False), "'norm_topk_prob' false is not supported"),
     ("fp8 experts", lambda c: c.update(expert_dtype="fp8"),
      "'layers.0.ffn.experts.0.w1.weight' is I8; the release stores it as F8_E4M3"),
 ]
@@ -141,6 +145,8 @@ TENSOR_CASES = [
      "MXFP4 scales must be F8_E8M0"),
     ("tid2eid", "layers.0.ffn.gate.tid2eid", lambda d, s, b: ("I32", [s[0], s[1] * 2], b), "expected I64"),
     ("mtp", "mtp.0.e_proj.weight", lambda d, s, b: None, "lacks tensor 'mtp.0.e_proj.weight'"),
+    ("tid2eid range", "layers.1.ffn.gate.tid2eid", lambda d, s, b: (d, s, (99).to_bytes(8, "little") + b[8:]),
+     "'layers.1.ffn.gate.tid2eid' names expert 99 at entry 0, outside 0..7"),
 ]
 
 

@@ -1,9 +1,7 @@
 """The V4 CPU forward against transformers' DeepseekV4ForCausalLM goldens (tests/fixtures/dsv4_goldens, made by
 tools/fixtures/gen_dsv4_goldens.py on the GPU machine from the tiny checkpoint of gen_deepseek_v4.py)."""
 
-import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDENS = ROOT / "tests" / "fixtures" / "dsv4_goldens"
-
-
-def sha256_of(folder):
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors") or name == "config.json":
-            h.update(name.encode())
-            h.update((folder / name).read_bytes())
-    return h.hexdigest()
+sys.path.insert(0, str(ROOT / "tools" / "oracle"))
+import dsv4_reference  # noqa: E402
 
 
 @pytest.mark.skipif(not (GOLDENS / "goldens.json").exists(), reason="goldens not generated yet (GPU machine)")
@@ -30,7 +21,7 @@ def test_logits_match_transformers(tf_bin, tmp_path):
     gold = np.load(GOLDENS / "goldens.npz")
     ck = tmp_path / "tiny"
     subprocess.run([sys.executable, str(ROOT / "tools/fixtures/gen_deepseek_v4.py"), "--out", str(ck)], check=True)
-    assert sha256_of(ck) == meta["checkpoint_sha256"], "the fixture changed: regenerate the goldens"
+    assert dsv4_reference.checkpoint_sha256(str(ck)) == meta["checkpoint_sha256"], "the fixture changed: regenerate the goldens"
     out = tmp_path / "logits.npy"
     ids = meta["tokens"]
     for chunk in (0, 37):

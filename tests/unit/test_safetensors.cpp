@@ -17,7 +17,9 @@ using namespace tf;
 
 namespace {
 
-std::string fixture(const std::string& rel) { return std::string(TF_SOURCE_DIR) + "/tests/fixtures/safetensors/" + rel; }
+std::string fixture(const std::string& rel) {
+  return std::string(TF_SOURCE_DIR) + "/tests/fixtures/safetensors/" + rel;
+}
 
 // A scratch folder per test, removed afterwards.
 struct Scratch {
@@ -140,6 +142,8 @@ TEST(Safetensors, RefusesEachHeaderDefectByName) {
       {"hole", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "belong to no tensor"},
       {"trailing", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "bytes 4..8"},
       {"metadata", st_bytes(R"({"__metadata__":{"k":1}})", 0), "__metadata__ 'k' must be a string"},
+      {"count overflow", st_bytes(R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", 0),
+       "'w': shape [2147483648,2147483648] is too large"},
   };
   for (const Case& c : cases) {
     const std::string msg = refusal(s.write("x.safetensors", c.bytes));

@@ -1,7 +1,7 @@
 """A float64 numpy reference of the DeepSeek-V4 forward (no QAT roundings), read straight from a release-layout
 checkpoint (tools/fixtures/gen_deepseek_v4.py): FP8 blocks and MXFP4 experts decoded exactly, then the whole
 sequence in one pass. It follows specs/deepseek_v4.md section 2 with the operation order of transformers'
-DeepseekV4 (5.24); it is a development oracle next to the transformers goldens, and the base of the MTP check.
+DeepseekV4 (5.24, which has it since 5.17); it is a development oracle next to the transformers goldens, and the base of the MTP check.
 
   python tools/oracle/dsv4_reference.py CHECKPOINT --tokens 1,2,3 --out logits.npy
 """
@@ -165,7 +165,7 @@ class Model:
         collapsed = (pre[:, :, None] * X).sum(1)
         return post, comb, collapsed
 
-    def compress(self, a, g, ape, R, overlap, d, norm_w, pos_f):
+    def compress(self, a, g, ape, R, overlap, d, norm_w, pos_f, indexer=False):
         """Entries of every complete window: softmax over slots (CSA: the previous window's first half too)."""
         T = a.shape[0]
         n = T // R
@@ -183,7 +183,7 @@ class Model:
         wts /= wts.sum(1, keepdims=True)
         ent = rms((kv * wts).sum(1), norm_w, self.eps)
         ent = rope(ent, np.arange(n) * R, pos_f)
-        if self.qat and d == self.c["head_dim"]:
+        if self.qat and not indexer:
             ent = self.qkv_round(ent)
         elif self.qat:
             ent = fp4(hadamard(ent), 32)
@@ -243,7 +243,7 @@ class Model:
         T, IH, Id = x.shape[0], c["index_n_heads"], c["index_head_dim"]
         ent = self.compress(x @ ck.w(p + "attn.indexer.compressor.wkv").T,
                             x @ ck.w(p + "attn.indexer.compressor.wgate").T, ck.t(p + "attn.indexer.compressor.ape"),
-                            4, True, Id, ck.t(p + "attn.indexer.compressor.norm.weight"), self.fcomp)
+                            4, True, Id, ck.t(p + "attn.indexer.compressor.norm.weight"), self.fcomp, indexer=True)
         q = rope(self.mm(qr, p + "attn.indexer.wq_b").reshape(T, IH, Id), pos[:, None], self.fcomp)
         if self.qat:
             q = fp4(hadamard(q), 32)
@@ -272,14 +272,15 @@ class Model:
         for t in range(x.shape[0]):
             w = s[t, idx[t]]
             w = w / (w.sum() + 1e-20) * c["routed_scaling_factor"]
-            for j, e in enumerate(idx[t]):
-                out[t] += w[j] * self.mlp(f"{p}ffn.experts.{e}.", x[t:t + 1], lim)[0]
+            for j, e in enumerate(idx[t]):  # with QAT the weight goes inside, before w2's input rounding
+                out[t] += (1.0 if self.qat else w[j]) * self.mlp(f"{p}ffn.experts.{e}.", x[t:t + 1], lim,
+                                                                  w[j] if self.qat else 1.0)[0]
         return out + self.mlp(p + "ffn.shared_experts.", x, lim)
 
-    def mlp(self, p, x, lim):
+    def mlp(self, p, x, lim, weight=1.0):
         g = np.minimum(self.mm(x, p + "w1"), lim)
         u = np.clip(self.mm(x, p + "w3"), -lim, lim)
-        return self.mm(g / (1 + np.exp(-g)) * u, p + "w2")
+        return self.mm(g / (1 + np.exp(-g)) * u * weight, p + "w2")
 
     def forward(self, ids):
         c, ck = self.c, self.ck
@@ -342,6 +343,18 @@ class Model:
             drafts.append(int(np.argmax(lg)))
             h = X[0]
         return drafts, np.array(out)
+
+
+def checkpoint_sha256(folder):
+    """One hash over config.json and the shards, so goldens can name the checkpoint they belong to."""
+    import hashlib
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors") or name == "config.json":
+            h.update(name.encode())
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
 
 
 def main():

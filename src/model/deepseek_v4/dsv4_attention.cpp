@@ -1,6 +1,4 @@
-// DeepSeek-V4 attention on the CPU: window attention with sinks over the layer's kv, plus the compressed entries
-// (HCA: every closed window; CSA: the lightning indexer's top-k), grouped output projection. Per-token state lives
-// in the KV slot of the token's own position (dsv4_model.h).
+// DeepSeek-V4 attention on the CPU: window with sinks plus compressed entries (HCA all, CSA the indexer's top-k).
 #include <algorithm>
 #include <cmath>
 
@@ -10,8 +8,7 @@
 
 namespace tf::dsv4 {
 
-// Entries of the windows that close at these rows: entry j = (pos + 1) / R - 1 is written into the slot of pos,
-// the window's last token, so it depends only on the sequence up to that slot.
+// Entry j = (pos + 1) / R - 1 goes to the slot of its window's last token, so it depends only on the prefix.
 void Model::compress_rows(const Layer& L, const std::vector<BatchRow>& rows, bool indexer) {
   const Compressor& C = indexer ? L.icomp : L.comp;
   const int64_t R = indexer ? 4 : L.ratio, d = indexer ? c_.index_dim : c_.head_dim;

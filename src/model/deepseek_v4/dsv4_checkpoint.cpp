@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <set>
 
 #include "base/error.h"
@@ -85,7 +86,7 @@ std::vector<Expected> expected_tensors(const Config& c) {
   out.push_back({"embed.weight", Stored::Dense, {V, D}});
   out.push_back({"head.weight", Stored::Dense, {V, D}});
   out.push_back({"norm.weight", Stored::Dense, {D}});
-  for (const std::string pre : {std::string(), std::string("mtp.0.")}) {
+  for (const std::string& pre : {std::string(), std::string("mtp.0.")}) {
     if (!pre.empty() && c.n_nextn < 1) break;
     out.push_back({pre + "hc_head_fn", Stored::F32, {hc, hc * D}});
     out.push_back({pre + "hc_head_base", Stored::F32, {hc}});
@@ -97,7 +98,8 @@ std::vector<Expected> expected_tensors(const Config& c) {
     block_tensors(c, "mtp.0.", 0, false, out);
     out.push_back({"mtp.0.e_proj", Stored::Fp8, {D, D}});
     out.push_back({"mtp.0.h_proj", Stored::Fp8, {D, D}});
-    for (const char* n : {"enorm", "hnorm", "norm"}) out.push_back({fmt::format("mtp.0.{}.weight", n), Stored::Dense, {D}});
+    for (const char* n : {"enorm", "hnorm", "norm"})
+      out.push_back({fmt::format("mtp.0.{}.weight", n), Stored::Dense, {D}});
   }
   return out;
 }
@@ -167,6 +169,14 @@ CheckpointSummary check_checkpoint(const SafetensorsCheckpoint& ck, const Config
       fail("{}: tensor '{}' is {}, expected {}", ck.folder(), e.name, st_dtype_name(t.dtype),
            e.kind == Stored::I64 ? "I64" : e.kind == Stored::F32 ? "F32" : "BF16 or F32");
     need_shape(t, e.shape, ck);
+    if (e.kind == Stored::I64)  // tid2eid: every entry an expert id
+      for (int64_t i = 0; i < t.n_elements(); ++i) {
+        int64_t v;
+        std::memcpy(&v, t.data + 8 * i, 8);
+        if (v < 0 || v >= c.n_experts)
+          fail("{}: tensor '{}' names expert {} at entry {}, outside 0..{}", ck.folder(), e.name, v, i,
+               c.n_experts - 1);
+      }
     sum.formats[t.dtype == StDtype::BF16 ? "bf16" : t.dtype == StDtype::I64 ? "i64" : "f32"] += 1;
     used.insert(e.name);
     sum.bytes += t.nbytes;

@@ -20,6 +20,7 @@ Config parse_config(const JsonConfig& c) {
   k.hidden = positive(c, "hidden_size");
   k.n_layer = positive(c, "num_hidden_layers");
   k.n_nextn = c.opt_int("num_nextn_predict_layers").value_or(0);
+  if (k.n_nextn < 0) fail("{}: 'num_nextn_predict_layers' must not be negative, found {}", c.where(), k.n_nextn);
   k.n_head = positive(c, "num_attention_heads");
   k.n_kv_head = positive(c, "num_key_value_heads");
   if (k.n_kv_head != 1) fail("{}: 'num_key_value_heads' is {}; DeepSeek-V4 attention has one KV head", c.where(),
@@ -43,6 +44,7 @@ Config parse_config(const JsonConfig& c) {
   c.get_choice("scoring_func", {"sqrtsoftplus"});
   c.get_choice("topk_method", {"noaux_tc"});
   k.norm_topk = c.get_bool("norm_topk_prob");
+  if (!k.norm_topk) fail("{}: 'norm_topk_prob' false is not supported (V4 normalises the routing weights)", c.where());
   k.routed_scale = c.get_float("routed_scaling_factor");
   k.swiglu_limit = c.get_float("swiglu_limit");
   c.get_choice("hidden_act", {"silu"});
@@ -54,11 +56,12 @@ Config parse_config(const JsonConfig& c) {
   k.window = positive(c, "sliding_window");
   k.ratios = c.get_ints("compress_ratios");
   if (int64_t(k.ratios.size()) != k.n_layer + k.n_nextn)
-    fail("{}: 'compress_ratios' has {} entries; num_hidden_layers + num_nextn_predict_layers is {}", c.where(),
-         k.ratios.size(), k.n_layer + k.n_nextn);
+    fail("{}: 'compress_ratios' has {} entries; num_hidden_layers + num_nextn_predict_layers is {}",
+         c.where(), k.ratios.size(), k.n_layer + k.n_nextn);
   for (size_t i = 0; i < k.ratios.size(); ++i) {
     const int64_t r = k.ratios[i];
-    if (r != 0 && r != 4 && r != 128) fail("{}: 'compress_ratios[{}]' is {}; V4 layers use 0, 4 or 128", c.where(), i, r);
+    if (r != 0 && r != 4 && r != 128)
+      fail("{}: 'compress_ratios[{}]' is {}; V4 layers use 0, 4 or 128", c.where(), i, r);
     if (int64_t(i) >= k.n_layer && r != 0)
       fail("{}: 'compress_ratios[{}]' is {}, but MTP layers attend over their window only", c.where(), i, r);
   }
@@ -68,13 +71,16 @@ Config parse_config(const JsonConfig& c) {
     k.index_heads = positive(c, "index_n_heads");
     k.index_dim = positive(c, "index_head_dim");
     k.index_topk = positive(c, "index_topk");
+    if (k.index_dim < k.rope_dim)
+      fail("{}: 'index_head_dim' {} is smaller than qk_rope_head_dim {}", c.where(), k.index_dim, k.rope_dim);
     if (k.index_dim & (k.index_dim - 1))
       fail("{}: 'index_head_dim' {} is not a power of two (the indexer's Hadamard rotation)", c.where(), k.index_dim);
   }
   k.rope_theta = c.get_float("rope_theta");
   k.compress_rope_theta = c.get_float("compress_rope_theta");
   if (auto rs = c.opt_sub("rope_scaling")) {
-    rs->get_choice("type", {"yarn"});
+    if (rs->has("rope_type")) rs->get_choice("rope_type", {"yarn"});  // transformers' name for it
+    else rs->get_choice("type", {"yarn"});
     k.yarn_factor = rs->get_float("factor");
     k.yarn_orig_ctx = rs->get_int("original_max_position_embeddings");
     k.yarn_beta_fast = rs->get_float("beta_fast");

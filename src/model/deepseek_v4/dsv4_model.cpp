@@ -101,10 +101,7 @@ Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& 
     if (L.hash) {
       const StTensor& t = k.get(p + "ffn.gate.tid2eid");
       L.tid2eid.resize(size_t(t.n_elements()));
-      std::memcpy(L.tid2eid.data(), t.data, t.nbytes);
-      for (int64_t e : L.tid2eid)
-        if (e < 0 || e >= c_.n_experts)
-          fail("{}: tensor '{}ffn.gate.tid2eid' names expert {}, outside 0..{}", k.folder(), p, e, c_.n_experts - 1);
+      std::memcpy(L.tid2eid.data(), t.data, t.nbytes);  // range-checked by check_checkpoint
     } else {
       L.gate_bias = floats(k, p + "ffn.gate.bias");
     }
@@ -149,7 +146,8 @@ void Model::bind_kv(int64_t n_pages, int64_t page_size) {
 }
 
 float* Model::slot(const BatchRow& r, int64_t pos) const {
-  const int32_t page = r.pages->at(size_t(pos / page_size_));
+  TF_CHECK(pos >= 0 && pos / page_size_ < int64_t(r.pages->size()), "position {} outside the sequence's pages", pos);
+  const int32_t page = (*r.pages)[size_t(pos / page_size_)];
   TF_CHECK(page >= 0 && page < n_pages_, "KV page {} outside the pool of {}", page, n_pages_);
   return kv_.get() + (int64_t(page) * page_size_ + pos % page_size_) * slot_floats_;
 }
@@ -163,11 +161,7 @@ void Model::hc_mix(const HcWeights& w, const float* Xs, int64_t n, double* post,
       double pre[16];
       hc_weights(w, X, hc, D, c_.rms_eps, c_.hc_eps, c_.hc_iters, pre, post + r * size_t(hc),
                  comb + r * size_t(hc * hc));
-      for (int64_t j = 0; j < D; ++j) {
-        double s = 0;
-        for (int64_t i = 0; i < hc; ++i) s += pre[i] * double(X[i * D + j]);
-        collapsed[r * size_t(D) + size_t(j)] = float(s);
-      }
+      collapse(pre, X, hc, D, collapsed + r * size_t(D));
     }
   });
 }
@@ -224,7 +218,8 @@ void Model::forward(const std::vector<BatchRow>& rows, float* logits) {
     if (rows[size_t(r)].want_logits) want.push_back(r);
   if (want.empty()) return;
   std::vector<float> Xw(want.size() * size_t(hc * D));
-  for (size_t k = 0; k < want.size(); ++k) std::copy_n(X_.data() + want[k] * hc * D, hc * D, Xw.data() + k * size_t(hc * D));
+  for (size_t k = 0; k < want.size(); ++k)
+    std::copy_n(X_.data() + want[k] * hc * D, hc * D, Xw.data() + k * size_t(hc * D));
   head_logits(hc_head_, norm_, Xw.data(), int64_t(want.size()), logits);
 }
 
@@ -237,11 +232,7 @@ void Model::head_logits(const HcWeights& hw, const std::vector<float>& normw, co
     const float* X = Xs + k * hc * D;
     double pre[16];
     hc_head_weights(hw, X, hc, D, c_.rms_eps, c_.hc_eps, pre);
-    for (int64_t j = 0; j < D; ++j) {
-      double s = 0;
-      for (int64_t i = 0; i < hc; ++i) s += pre[i] * double(X[i * D + j]);
-      h[size_t(k * D + j)] = float(s);
-    }
+    collapse(pre, X, hc, D, h.data() + k * D);
   }
   cpu::rmsnorm(h.data(), normw.data(), n, D, float(c_.rms_eps), hn.data());
   cpu::matmul(head_, hn.data(), n, logits, pool_);

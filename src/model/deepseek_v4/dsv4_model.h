@@ -35,14 +35,11 @@ struct Layer {
   std::vector<int64_t> tid2eid;      // hash layers: [vocab, top_k]
   quant::ScaledWeight sh_w1, sh_w3, sh_w2;
   std::vector<quant::ScaledWeight> w1, w3, w2;  // routed experts
-  // Floats of this layer's part of a token's KV slot: kv, then (compressed layers) a, g, entry, then (CSA) the
-  // indexer's a, g, entry.
+  // This layer's floats in a token's KV slot: kv; compressor a, g, entry; indexer a, g, entry.
   int64_t off_kv = 0, off_a = 0, off_g = 0, off_ent = 0, off_ia = 0, off_ig = 0, off_ient = 0;
 };
 
-// DeepSeek-V4 on the CPU: the release checkpoint read in place (FP8 blocks, MXFP4 experts, BF16), every row's
-// per-token state (window kv, the compressors' projections and closed entries, the indexer's keys) kept in the
-// engine's KV pages at the row's own position, so a sequence's state is a function of its prefix alone.
+// DeepSeek-V4 on the CPU; all per-token state sits in the token's own KV slot, so it is a function of the prefix.
 class Model : public tf::Model {
  public:
   // qat: apply the release's FP8/FP4 activation roundings (spec section 2, "QAT rounding").
@@ -52,8 +49,7 @@ class Model : public tf::Model {
   void bind_kv(int64_t n_pages, int64_t page_size) override;
   void forward(const std::vector<BatchRow>& rows, float* logits) override;
   bool has_mtp() const override { return mtp_ != nullptr; }
-  // Greedy MTP drafts after `tokens` (the last one being fed this round), chaining mtp.0 on its own streams;
-  // `logits` (optional) gets each draft's [vocab] row.
+  // Greedy drafts after `tokens` (the last one fed this round); `logits`, when given, gets each draft's row.
   std::vector<int32_t> draft_mtp(const std::vector<int32_t>& pages, const std::vector<int32_t>& tokens,
                                  int64_t max_tokens, std::vector<float>* logits) override;
 
@@ -96,8 +92,7 @@ class Model : public tf::Model {
   int64_t slot_floats_ = 0, page_size_ = 0, n_pages_ = 0;
   std::unique_ptr<float[]> kv_;
   std::vector<float> X_;  // [n, hc, D] residual streams
-  // MTP: its block (window-only, non-hash), projections and norms; slots also keep the main model's final streams
-  // (off_xm) and the MTP block's kv (off_mkv) at every position.
+  // MTP (mtp.0); slots also keep the main model's final streams (off_xm) and the MTP kv (off_mkv).
   std::unique_ptr<Layer> mtp_;
   quant::ScaledWeight e_proj_, h_proj_;
   std::vector<float> enorm_, hnorm_, mtp_norm_;

@@ -50,6 +50,9 @@ void Model::moe(const Layer& L, const std::vector<BatchRow>& rows, const float* 
   mm_experts(L.w1, x, pairs.data(), np, h1.data());
   mm_experts(L.w3, x, pairs.data(), np, h3.data());
   clamped_swiglu(h1.data(), h3.data(), np * I, c_.swiglu_limit);
+  if (qat_)  // the spec's y = W2 (w silu(g) u): with QAT the weight must precede w2's input rounding
+    for (int64_t i = 0; i < np; ++i)
+      for (int64_t j = 0; j < I; ++j) h1[size_t(i * I + j)] = float(double(h1[size_t(i * I + j)]) * wts[size_t(i)]);
   std::vector<cpu::ExpertPair> down(pairs);
   for (int64_t i = 0; i < np; ++i) down[size_t(i)].row = int32_t(i);  // each pair's own activation row
   mm_experts(L.w2, h1.data(), down.data(), np, y.data());
@@ -65,7 +68,8 @@ void Model::moe(const Layer& L, const std::vector<BatchRow>& rows, const float* 
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < D; ++i) {
       double acc = 0;
-      for (int64_t j = 0; j < k; ++j) acc += wts[size_t(r * k + j)] * double(y[size_t((r * k + j) * D + i)]);
+      for (int64_t j = 0; j < k; ++j)
+        acc += (qat_ ? 1.0 : wts[size_t(r * k + j)]) * double(y[size_t((r * k + j) * D + i)]);
       out[r * D + i] = float(acc + double(shared[size_t(r * D + i)]));
     }
 }

@@ -1,6 +1,4 @@
-// DeepSeek-V4's MTP layer (mtp.0) as a drafter. Teacher-forced in every forward, so its kv at position p (from the
-// main model's final streams at p - 1 and the token at p) sits in p's KV slot like the rest of the sequence's
-// state; a draft then runs the block at the next positions, chaining on its own output streams.
+// DeepSeek-V4's MTP layer as a drafter: teacher-forced in every forward so its kv is in the slots like all state.
 #include <algorithm>
 
 #include "base/error.h"
@@ -30,8 +28,10 @@ void Model::mtp_teacher_forced(const std::vector<BatchRow>& rows) {
     std::copy_n(X_.data() + r * hc * D, hc * D, slot(rows[size_t(r)], rows[size_t(r)].pos) + off_xm_);
   std::vector<int64_t> idx, pos;
   std::vector<int32_t> toks;
-  for (int64_t r = 0; r < n; ++r)
-    if (rows[size_t(r)].pos >= 1) idx.push_back(r), pos.push_back(rows[size_t(r)].pos), toks.push_back(rows[size_t(r)].token);
+  for (int64_t r = 0; r < n; ++r) {
+    const BatchRow& b = rows[size_t(r)];
+    if (b.pos >= 1) idx.push_back(r), pos.push_back(b.pos), toks.push_back(b.token);
+  }
   const int64_t m = int64_t(idx.size());
   if (m == 0) return;
   std::vector<float> h(size_t(m * hc * D)), Xs(size_t(m * hc * D)), col(size_t(m * D)), xn(size_t(m * D));

@@ -113,6 +113,14 @@ void hc_weights(const HcWeights& w, const float* X, int64_t hc, int64_t D, doubl
   for (int64_t it = 1; it < iters; ++it) rows(), cols();
 }
 
+void collapse(const double* pre, const float* X, int64_t hc, int64_t D, float* out) {
+  for (int64_t j = 0; j < D; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < hc; ++i) s += pre[i] * double(X[i * D + j]);
+    out[j] = float(s);
+  }
+}
+
 void hc_head_weights(const HcWeights& w, const float* X, int64_t hc, int64_t D, double rms_eps, double hc_eps,
                      double* pre) {
   double m[16];

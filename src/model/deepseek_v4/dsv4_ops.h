@@ -21,6 +21,8 @@ void rms_unweighted(float* v, int64_t n, double eps);
 // mHC weights of one row's hc x D streams: pre (collapse), post (expand) and comb (Sinkhorn), spec section 2.1.
 void hc_weights(const HcWeights& w, const float* X, int64_t hc, int64_t D, double rms_eps, double hc_eps,
                 int64_t iters, double* pre, double* post, double* comb);
+// sum_i pre_i X_i over hc streams of D values, in stream order.
+void collapse(const double* pre, const float* X, int64_t hc, int64_t D, float* out);
 void hc_head_weights(const HcWeights& w, const float* X, int64_t hc, int64_t D, double rms_eps, double hc_eps,
                      double* pre);
 

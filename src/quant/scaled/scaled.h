@@ -3,11 +3,7 @@
 #include <string>
 #include <vector>
 
-// Weights stored with their scales in a separate tensor, as DeepSeek's releases publish them:
-// - fp8_block: F8_E4M3 [n_out, n_in] with scales [ceil(n_out/B), ceil(n_in/B)] over B x B blocks, E8M0 or F32
-//   (W[i,j] = e4m3(w[i,j]) * S[i/B, j/B]; partial blocks at the right and bottom edges);
-// - mxfp4: E2M1 nibbles [n_out, n_in/2] (element 2k in the low nibble) with an E8M0 scale per 32 elements
-//   [n_out, n_in/32] (W[i,j] = e2m1 * 2^(S[i, j/32] - 127)).
+// Weights with scales in a separate tensor, as DeepSeek publishes them (fp8_block: B x B blocks; mxfp4: per 32).
 namespace tf::quant {
 
 enum class ScaledKind { Fp8E8M0, Fp8F32, Mxfp4 };
