@@ -11,6 +11,15 @@
 namespace tf::cli {
 namespace {
 
+void print_summary(const FamilyEntry& fam, const ModelInfo& i) {
+  std::printf("family:        %s\n", fam.name.c_str());
+  std::printf("parameters:    %lld (%.2fB)\n", (long long)i.n_params, double(i.n_params) / 1e9);
+  std::printf("formats:      ");
+  for (auto& [fmt, n] : i.tensors_by_format) std::printf(" %s x%lld", fmt.c_str(), (long long)n);
+  std::printf("\nlayers:        %lld, hidden %lld, vocabulary %lld, trained context %lld\n", (long long)i.n_layer,
+              (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
+}
+
 // A safetensors checkpoint: config.json picks the family by model_type, which checks every tensor it reads.
 int info_safetensors(const std::string& path, int64_t context, const std::string& backend) {
   const SafetensorsCheckpoint ck(path);
@@ -22,12 +31,7 @@ int info_safetensors(const std::string& path, int64_t context, const std::string
   std::printf("model_type:    %s\n", model_type.c_str());
   const FamilyEntry& fam = family_for_model_type(model_type);
   const ModelInfo i = fam.inspect_safetensors(ck, cfg);
-  std::printf("family:        %s\n", fam.name.c_str());
-  std::printf("parameters:    %lld (%.2fB)\n", (long long)i.n_params, double(i.n_params) / 1e9);
-  std::printf("formats:      ");
-  for (auto& [fmt, n] : i.tensors_by_format) std::printf(" %s x%lld", fmt.c_str(), (long long)n);
-  std::printf("\nlayers:        %lld, hidden %lld, vocabulary %lld, trained context %lld\n", (long long)i.n_layer,
-              (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
+  print_summary(fam, i);
   const int64_t ctx = std::min(context, i.n_ctx_train);
   const double kv = double(i.kv_bytes_per_token) * double(ctx);
   std::printf("memory:        weights %.1f MiB (mapped from %.1f MiB of files) + per-token state %.1f MiB at context "
@@ -62,12 +66,7 @@ Runner add_info(CLI::App& app) {
     std::printf("architecture:  %s\n", arch.c_str());
     const FamilyEntry& fam = family_for_architecture(arch);
     ModelInfo i = fam.inspect_gguf(*f);
-    std::printf("family:        %s\n", fam.name.c_str());
-    std::printf("parameters:    %lld (%.1fM)\n", (long long)i.n_params, double(i.n_params) / 1e6);
-    std::printf("formats:      ");
-    for (auto& [fmt, n] : i.tensors_by_format) std::printf(" %s x%lld", fmt.c_str(), (long long)n);
-    std::printf("\nlayers:        %lld, embedding %lld, vocabulary %lld, trained context %lld\n", (long long)i.n_layer,
-                (long long)i.n_embd, (long long)i.n_vocab, (long long)i.n_ctx_train);
+    print_summary(fam, i);
     int64_t ctx = std::min(*context, i.n_ctx_train);
     double kv = double(i.kv_bytes_per_token) * double(ctx);
     std::printf("memory:        weights %.1f MiB (mapped) + KV cache %.1f MiB at context %lld = %.1f MiB\n",

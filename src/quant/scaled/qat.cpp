@@ -39,26 +39,23 @@ float round_e2m1(float v) {
   return round_to_step(v, exp - 1);
 }
 
-void qat_fp8_blocks(float* v, int64_t n, int64_t block) {
+namespace {
+
+template <class Round>
+void qat_blocks(float* v, int64_t n, int64_t block, float top, Round round) {
   for (int64_t b = 0; b < n; b += block) {
     const int64_t m = std::min(block, n - b);
     float amax = 0;
     for (int64_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(v[b + i]));
     if (!(amax > 0) || !std::isfinite(amax)) continue;
-    const float s = pow2_scale(amax, 448.0f);
-    for (int64_t i = 0; i < m; ++i) v[b + i] = round_e4m3(v[b + i] / s) * s;
+    const float s = pow2_scale(amax, top);
+    for (int64_t i = 0; i < m; ++i) v[b + i] = round(v[b + i] / s) * s;
   }
 }
 
-void qat_fp4_blocks(float* v, int64_t n, int64_t block) {
-  for (int64_t b = 0; b < n; b += block) {
-    const int64_t m = std::min(block, n - b);
-    float amax = 0;
-    for (int64_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(v[b + i]));
-    if (!(amax > 0) || !std::isfinite(amax)) continue;
-    const float s = pow2_scale(amax, 6.0f);
-    for (int64_t i = 0; i < m; ++i) v[b + i] = round_e2m1(v[b + i] / s) * s;
-  }
-}
+}  // namespace
+
+void qat_fp8_blocks(float* v, int64_t n, int64_t block) { qat_blocks(v, n, block, 448.0f, round_e4m3); }
+void qat_fp4_blocks(float* v, int64_t n, int64_t block) { qat_blocks(v, n, block, 6.0f, round_e2m1); }
 
 }  // namespace tf::quant
