@@ -1,5 +1,7 @@
 #include "engine/loaded_model.h"
 
+#include <filesystem>
+
 #include "base/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -56,6 +58,15 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
     fam.inspect_safetensors(*ck, cfg);
     if (backend == "cuda") fail("--backend cuda: {}: the {} family has no CUDA path", path, fam.name);
     m.tokenizer = Tokenizer::from_json_file(dir + "/tokenizer.json");
+    const std::string gen_path = dir + "/generation_config.json";
+    for (const JsonConfig& g : {cfg, std::filesystem::exists(gen_path) ? JsonConfig::load(gen_path) : cfg}) {
+      if (!g.has("eos_token_id")) continue;
+      for (int64_t id : g.get_ints("eos_token_id")) {  // an id or a list of ids, as transformers writes them
+        if (id < 0 || id >= m.tokenizer->n_vocab())
+          fail("{}: 'eos_token_id' {} is outside the tokenizer's {} ids", g.where(), id, m.tokenizer->n_vocab());
+        m.tokenizer->add_end_of_generation(int32_t(id));
+      }
+    }
     m.chat = ChatFormat::from_name(chat_template.empty() ? fam.name : chat_template);  // V4: its own encoding
     apply_thinking(m, thinking);
     m.backend = choose_backend("cpu");

@@ -38,6 +38,7 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   bool is_end_of_generation(int32_t id) const { return eog_.count(id) != 0; }
   const std::unordered_set<int32_t>& end_of_generation() const { return eog_; }
+  void add_end_of_generation(int32_t id) { eog_.insert(id); }  // e.g. generation_config.json's eos_token_id
   const std::string& pre_name() const { return pre_name_; }
 
   // Filled by the loaders.

@@ -189,3 +189,30 @@ def test_tool_messages_refused_by_name(server):
     status, got, raw = post_json(server.base_url, "/v1/chat/completions", req)
     assert status == 400 and got["error"]["param"] == "messages[1].role", raw
     assert ids_of(generate(server, COMPLETIONS, body("hello", n=2))), "the server keeps serving"
+
+
+def test_generation_config_eos_ends_replies(tf_bin, tiny, tmp_path):
+    """generation_config.json's eos_token_id (an id or a list) ends a reply; an id outside the vocabulary is refused
+    at startup naming the key."""
+    import json
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny, ck)
+    srv = launch_server(tf_bin, str(ck), tmp_path / "a.log")
+    try:
+        first = ids_of(generate(srv, COMPLETIONS, {"model": MODEL_ID, "prompt": "hello world", "max_tokens": 3,
+                                                   "temperature": 0, "return_token_ids": True}))
+    finally:
+        srv.stop()
+    (ck / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, first[0]]}))
+    srv = launch_server(tf_bin, str(ck), tmp_path / "b.log")
+    try:
+        got = generate(srv, COMPLETIONS, {"model": MODEL_ID, "prompt": "hello world", "max_tokens": 3,
+                                          "temperature": 0, "return_token_ids": True})
+        assert got["choices"][0]["finish_reason"] == "stop" and len(ids_of(got)) <= 1, got
+    finally:
+        srv.stop()
+    (ck / "generation_config.json").write_text(json.dumps({"eos_token_id": 100000}))
+    proc = subprocess.run([tf_bin, "run", str(ck), "-p", "hi", "-n", "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "'eos_token_id' 100000 is outside the tokenizer's 512 ids" in proc.stderr
