@@ -86,7 +86,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_file(const std::string& path) {
     add_pre(j.value("pre_tokenizer", json()), *s.pre, path);
     s.pre_name = "tokenizer.json";
     const json& norm = j.value("normalizer", json());
-    if (!norm.is_null()) {
+    const bool no_op = norm.is_object() && norm.value("type", "") == "Sequence" &&
+                       norm.value("normalizers", json::array()).empty();  // DeepSeek-V4 ships an empty Sequence
+    if (!norm.is_null() && !no_op) {
       if (norm.value("type", "") != "NFC") fail("{}: normalizer '{}' is not supported (NFC is)", path, norm.dump());
       s.nfc = true;
     }

@@ -19,15 +19,23 @@ std::string class_ranges(const char32_t (&r)[N][2]) {
   return out;
 }
 
-// Widens \p{L} and \p{N} with the code points newer Unicode assigns, inside or outside a character class.
+// Widens \p{L}, \p{N}, \p{M}, \p{P} and \p{S} with the code points newer Unicode assigns, in or out of a class.
 std::string widen_classes(const std::string& pat) {
   static const std::string kL = class_ranges(kExtraLetters), kN = class_ranges(kExtraNumbers);
+  static const std::string kM = class_ranges(kExtraMarks), kP = class_ranges(kExtraPunct);
+  static const std::string kS = class_ranges(kExtraSymbols);
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pat.size(); ++i) {
     if (pat[i] == '\\' && i + 1 < pat.size()) {
       std::string_view rest(pat.data() + i, pat.size() - i);
-      const std::string* extra = rest.substr(0, 5) == "\\p{L}" ? &kL : rest.substr(0, 5) == "\\p{N}" ? &kN : nullptr;
+      const std::string_view head = rest.substr(0, 5);
+      const std::string* extra = head == "\\p{L}"   ? &kL
+                                 : head == "\\p{N}" ? &kN
+                                 : head == "\\p{M}" ? &kM
+                                 : head == "\\p{P}" ? &kP
+                                 : head == "\\p{S}" ? &kS
+                                                     : nullptr;
       if (extra) {
         out += in_class ? std::string(rest.substr(0, 5)) + *extra : "[" + std::string(rest.substr(0, 5)) + *extra + "]";
         i += 4;

