@@ -71,20 +71,26 @@ void Model::q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* p
                      std::vector<float>& q, std::vector<float>& kv) {
   const int64_t H = c_.n_head, d = c_.head_dim, qrk = c_.q_lora;
   const std::vector<double>& f = L.ratio ? f_comp_ : f_main_;
-  std::vector<float> qa(size_t(n * qrk)), kvr(size_t(n * d));
-  qr.resize(size_t(n * qrk)), q.resize(size_t(n * H * d)), kv.resize(size_t(n * d));
+  std::vector<float> qa(size_t(n * qrk));
+  qr.resize(size_t(n * qrk)), q.resize(size_t(n * H * d));
   mm(L.wq_a, x, n, qa.data());
   cpu::rmsnorm(qa.data(), L.q_norm.data(), n, qrk, float(c_.rms_eps), qr.data());
   mm(L.wq_b, qr.data(), n, q.data());
-  mm(L.wkv, x, n, kvr.data());
-  cpu::rmsnorm(kvr.data(), L.kv_norm.data(), n, d, float(c_.rms_eps), kv.data());
-  for (int64_t r = 0; r < n; ++r) {
+  for (int64_t r = 0; r < n; ++r)
     for (int64_t h = 0; h < H; ++h) {
       rms_unweighted(q.data() + (r * H + h) * d, d, c_.rms_eps);
       rope(q.data() + (r * H + h) * d, d, f, pos[r]);
     }
-    rope(kv.data() + r * d, d, f, pos[r]);
-  }
+  kv_only(L, x, n, pos, kv);
+}
+
+void Model::kv_only(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& kv) {
+  const int64_t d = c_.head_dim;
+  std::vector<float> kvr(size_t(n * d));
+  kv.resize(size_t(n * d));
+  mm(L.wkv, x, n, kvr.data());
+  cpu::rmsnorm(kvr.data(), L.kv_norm.data(), n, d, float(c_.rms_eps), kv.data());
+  for (int64_t r = 0; r < n; ++r) rope(kv.data() + r * d, d, L.ratio ? f_comp_ : f_main_, pos[r]);
   qat_kv(kv.data(), n);
 }
 

@@ -66,6 +66,7 @@ class Model : public tf::Model {
   void attention(const Layer& L, const std::vector<BatchRow>& rows, const float* x, float* out);
   void q_and_kv(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& qr,
                 std::vector<float>& q, std::vector<float>& kv);
+  void kv_only(const Layer& L, const float* x, int64_t n, const int64_t* pos, std::vector<float>& kv);
   void attend_row(const Layer& L, const float* q, const std::vector<const float*>& keys, int64_t pos,
                   float* o) const;
   void out_proj(const Layer& L, const float* o, int64_t n, float* out);

@@ -41,8 +41,8 @@ void Model::mtp_teacher_forced(const std::vector<BatchRow>& rows) {
   std::vector<double> post(size_t(m * hc)), comb(size_t(m * hc * hc));
   hc_mix(mtp_->hc_attn, Xs.data(), m, post.data(), comb.data(), col.data());
   cpu::rmsnorm(col.data(), mtp_->attn_norm.data(), m, D, float(c_.rms_eps), xn.data());
-  std::vector<float> qr, q, kv;
-  q_and_kv(*mtp_, xn.data(), m, pos.data(), qr, q, kv);
+  std::vector<float> kv;
+  kv_only(*mtp_, xn.data(), m, pos.data(), kv);
   for (int64_t k = 0; k < m; ++k)
     std::copy_n(kv.data() + k * d, d, slot(rows[size_t(idx[size_t(k)])], pos[size_t(k)]) + off_mkv_);
 }
