@@ -27,8 +27,9 @@ Config parse_config(const JsonConfig& c) {
                              k.n_kv_head);
   k.head_dim = positive(c, "head_dim");
   k.rope_dim = positive(c, "qk_rope_head_dim");
-  if (k.rope_dim > k.head_dim || k.rope_dim % 2)
-    fail("{}: 'qk_rope_head_dim' {} must be even and at most head_dim {}", c.where(), k.rope_dim, k.head_dim);
+  if (k.rope_dim > k.head_dim || k.rope_dim % 2 || k.rope_dim > 512)
+    fail("{}: 'qk_rope_head_dim' {} must be even, at most head_dim {} and at most 512", c.where(), k.rope_dim,
+         k.head_dim);
   k.q_lora = positive(c, "q_lora_rank");
   k.o_lora = positive(c, "o_lora_rank");
   k.o_groups = positive(c, "o_groups");

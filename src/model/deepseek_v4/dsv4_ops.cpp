@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/ops.h"
 #include "model/deepseek_v4/dsv4_model.h"
 
 namespace tf::dsv4 {
@@ -29,13 +30,14 @@ std::vector<double> rope_freqs(const Config& c, bool compress) {
 }
 
 void rope(float* v, int64_t len, const std::vector<double>& f, int64_t pos, double sign) {
-  float* r = v + len - 2 * int64_t(f.size());
+  // The angles from V4's own frequencies (YaRN on compressed layers); the rotation is the CPU backend's kernel.
+  const int64_t rd = 2 * int64_t(f.size());
+  float c[256], s[256];
   for (size_t i = 0; i < f.size(); ++i) {
-    const double ang = double(pos) * f[i], c = std::cos(ang), s = sign * std::sin(ang);
-    const double a = r[2 * i], b = r[2 * i + 1];
-    r[2 * i] = float(a * c - b * s);
-    r[2 * i + 1] = float(b * c + a * s);
+    const double ang = double(pos) * f[i];
+    c[i] = float(std::cos(ang)), s[i] = float(sign * std::sin(ang));
   }
+  cpu::rope(v + len - rd, 1, 0, 1, rd, rd, c, s, cpu::RopePairing::Norm);
 }
 
 void hadamard(float* v, int64_t n) {
@@ -51,10 +53,10 @@ void hadamard(float* v, int64_t n) {
 }
 
 void rms_unweighted(float* v, int64_t n, double eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += double(v[i]) * double(v[i]);
-  const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
-  for (int64_t i = 0; i < n; ++i) v[i] = float(double(v[i]) * inv);
+  thread_local std::vector<float> ones, out;  // the CPU backend's RMSNorm with a unit weight
+  if (int64_t(ones.size()) < n) ones.assign(size_t(n), 1.0f), out.resize(size_t(n));
+  cpu::rmsnorm(v, ones.data(), 1, n, float(eps), out.data());
+  std::copy_n(out.data(), n, v);
 }
 
 namespace {
