@@ -37,6 +37,12 @@ void check_context(const LoadedModel& m, int64_t context) {
 
 namespace {
 
+void check_vocab(const LoadedModel& m, const std::string& path) {
+  if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
+    fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
+         m.model->info().n_vocab);
+}
+
 void apply_thinking(LoadedModel& m, int thinking) {
   if (thinking < 0) return;
   if (!m.chat || !m.chat->has_thinking())
@@ -55,8 +61,9 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
     const std::string dir = ck->folder().empty() ? std::string(".") : ck->folder();
     const JsonConfig cfg = JsonConfig::load(dir + "/config.json");
     const FamilyEntry& fam = family_for_model_type(cfg.get_string("model_type"));
-    fam.inspect_safetensors(*ck, cfg);
     if (backend == "cuda") fail("--backend cuda: {}: the {} family has no CUDA path", path, fam.name);
+    m.backend = choose_backend("cpu");
+    m.model = fam.load_safetensors(ck, cfg, pool, qat);  // checks config and every tensor first
     m.tokenizer = Tokenizer::from_json_file(dir + "/tokenizer.json");
     const std::string gen_path = dir + "/generation_config.json";
     for (const JsonConfig& g : {cfg, std::filesystem::exists(gen_path) ? JsonConfig::load(gen_path) : cfg}) {
@@ -69,11 +76,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
     }
     m.chat = ChatFormat::from_name(chat_template.empty() ? fam.name : chat_template);  // V4: its own encoding
     apply_thinking(m, thinking);
-    m.backend = choose_backend("cpu");
-    m.model = fam.load_safetensors(ck, cfg, pool, qat);
-    if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
-      fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
-           m.model->info().n_vocab);
+    check_vocab(m, path);
     return m;
   }
   m.file = std::make_shared<const GgufFile>(path);
@@ -85,9 +88,7 @@ LoadedModel load_model(const std::string& path, ThreadPool& pool, const std::str
   apply_thinking(m, thinking);
   m.backend = backend_for(*m.file, backend);
   m.model = m.backend.name == "cuda" ? fam.load_gguf_cuda(m.file) : fam.load_gguf(m.file, pool);
-  if (m.tokenizer->n_vocab() != m.model->info().n_vocab)
-    fail("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path, m.tokenizer->n_vocab(),
-         m.model->info().n_vocab);
+  check_vocab(m, path);
   return m;
 }
 

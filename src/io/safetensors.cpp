@@ -163,6 +163,11 @@ bool is_safetensors_checkpoint(const std::string& path) {
   return path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
 }
 
+void SafetensorsCheckpoint::add_whole(const std::string& path) {
+  add_shard(path);
+  for (const auto& t : shards_[0]->tensors()) order_.push_back(&t), by_name_[t.name] = &t;
+}
+
 void SafetensorsCheckpoint::add_shard(const std::string& path) {
   shards_.push_back(std::make_unique<SafetensorsFile>(path, int(shards_.size())));
 }
@@ -172,8 +177,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) {
   const fs::path p(path);
   if (!fs::is_directory(p, ec)) {
     folder_ = p.parent_path().string();
-    add_shard(path);
-    for (const auto& t : shards_[0]->tensors()) order_.push_back(&t), by_name_[t.name] = &t;
+    add_whole(path);
     return;
   }
   folder_ = path;
@@ -181,8 +185,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) {
   if (!fs::exists(index, ec)) {
     if (!fs::exists(p / "model.safetensors", ec))
       fail("{}: no model.safetensors.index.json and no model.safetensors in this folder", path);
-    add_shard((p / "model.safetensors").string());
-    for (const auto& t : shards_[0]->tensors()) order_.push_back(&t), by_name_[t.name] = &t;
+    add_whole((p / "model.safetensors").string());
     return;
   }
   json j;

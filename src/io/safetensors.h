@@ -67,6 +67,7 @@ class SafetensorsCheckpoint {
 
  private:
   void add_shard(const std::string& path);
+  void add_whole(const std::string& path);  // a checkpoint that is one file
 
   std::string folder_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 
+#include "backend/cpu/ops.h"
 #include "base/error.h"
 
 namespace tf::dsv4 {
@@ -183,6 +184,19 @@ CheckpointSummary check_checkpoint(const SafetensorsCheckpoint& ck, const Config
   }
   for (const StTensor* t : ck.tensors()) sum.n_unused += used.count(t->name) ? 0 : 1;
   return sum;
+}
+
+ModelInfo inspect_checkpoint(const SafetensorsCheckpoint& ck, const Config& c) {
+  const CheckpointSummary s = check_checkpoint(ck, c);
+  for (const Expected& e : expected_tensors(c))
+    if (e.kind == Stored::Fp8 || e.kind == Stored::Mxfp4)
+      if (auto why = cpu::scaled_matmul_refusal(scaled_weight(ck, c, e)); !why.empty()) fail("{}", why);
+  ModelInfo i;
+  i.family = i.architecture = "deepseek_v4";
+  i.n_vocab = c.vocab, i.n_ctx_train = c.max_pos, i.n_layer = c.n_layer, i.n_embd = c.hidden;
+  i.n_params = s.n_params, i.weight_bytes = int64_t(s.bytes), i.tensors_by_format = s.formats;
+  i.kv_bytes_per_token = slot_floats(c) * 4;  // the CPU path's per-token state (dsv4_model.h)
+  return i;
 }
 
 }  // namespace tf::dsv4

@@ -6,6 +6,7 @@
 
 #include "io/safetensors.h"
 #include "model/deepseek_v4/dsv4_config.h"
+#include "model/model.h"
 #include "quant/scaled/scaled.h"
 
 namespace tf::dsv4 {
@@ -33,6 +34,10 @@ struct CheckpointSummary {
 // Checks every expected tensor against the checkpoint (present, dtype, shape, scale format and grid); the first
 // mismatch is an error naming the tensor and what was expected.
 CheckpointSummary check_checkpoint(const SafetensorsCheckpoint& ck, const Config& c);
+
+// Checks config and tensors (check_checkpoint, and every FP8/MXFP4 weight against the CPU kernels) and describes
+// the model as the engine sees it.
+ModelInfo inspect_checkpoint(const SafetensorsCheckpoint& ck, const Config& c);
 
 // A checked Fp8 or Mxfp4 weight as the kernels read it.
 quant::ScaledWeight scaled_weight(const SafetensorsCheckpoint& ck, const Config& c, const Expected& e);

@@ -45,11 +45,7 @@ HcWeights hc(const SafetensorsCheckpoint& ck, const std::string& p) {
 Model::Model(std::shared_ptr<const SafetensorsCheckpoint> ck, const JsonConfig& cfg, ThreadPool& pool, bool qat)
     : ck_(std::move(ck)), c_(parse_config(cfg)), pool_(pool), qat_(qat) {
   const SafetensorsCheckpoint& k = *ck_;
-  const CheckpointSummary sum = check_checkpoint(k, c_);
-  info_.family = "deepseek_v4";
-  info_.architecture = "deepseek_v4";
-  info_.n_vocab = c_.vocab, info_.n_ctx_train = c_.max_pos, info_.n_layer = c_.n_layer, info_.n_embd = c_.hidden;
-  info_.n_params = sum.n_params, info_.weight_bytes = int64_t(sum.bytes), info_.tensors_by_format = sum.formats;
+  info_ = inspect_checkpoint(k, c_);  // every check before any weight is bound
   std::map<std::string, Expected> exp;
   for (const Expected& e : expected_tensors(c_)) exp[e.name] = e;
   auto sw = [&](const std::string& n) {
