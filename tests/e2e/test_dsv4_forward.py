@@ -126,7 +126,8 @@ def test_chat_encoding_matches_the_release_encoder(tf_bin, tiny, tmp_path, flag,
     srv = launch_server(tf_bin, str(tiny), tmp_path / "server.log", [flag] if flag else [])
     try:
         for c in (c for c in cases if c["mode"] == mode):
-            req = urllib.request.Request(srv.base_url + "/tokenize", data=json.dumps({"messages": c["messages"]}).encode(),
+            data = json.dumps({"messages": c["messages"]}).encode()
+            req = urllib.request.Request(srv.base_url + "/tokenize", data=data,
                                          headers={"Content-Type": "application/json"})
             got = json.loads(urllib.request.urlopen(req, timeout=30).read())["tokens"]
             assert got == tok.encode(c["text"], add_special_tokens=False).ids, (c["name"], mode)
