@@ -12,6 +12,8 @@ import pytest
 from safetensors import safe_open
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "fixtures"))
+import gen_deepseek_v4  # noqa: E402
 
 
 def tf(tf_bin, *args):
@@ -42,13 +44,7 @@ def read_shard(path):
 
 
 def write_shard(path, tensors):
-    header, blobs, off = {}, [], 0
-    for k, (dtype, shape, b) in tensors.items():
-        header[k] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    text = json.dumps(header).encode()
-    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+    gen_deepseek_v4.write_safetensors(path, [(k, d, sh, b) for k, (d, sh, b) in tensors.items()])
 
 
 def edit_tensor(folder, name, fn):
