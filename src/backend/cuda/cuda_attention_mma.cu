@@ -138,15 +138,34 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
           vr[i] = j < n_keys ? kv_row_of(kv, seq, j, true) + int64_t(kvh_read) * D : nullptr;
         }
+        // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a row.
+        auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
+        const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
+                                bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
 #pragma unroll
         for (int dn = 0; dn < D / 8; ++dn) {
           const int d = dn * 8 + g;
+          float v[4];
+          bool bad[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
+            v[i] = vr[i] ? vr[i][d] : 0.0f;
+            bad[i] = !isfinite(v[i]);
+            if (bad[i]) v[i] = 0.0f;
+          }
           uint32_t vh0, vl0, vh1, vl1;
-          bf16_split2(vr[0] ? vr[0][d] : 0.0f, vr[1] ? vr[1][d] : 0.0f, vh0, vl0);
-          bf16_split2(vr[2] ? vr[2][d] : 0.0f, vr[3] ? vr[3][d] : 0.0f, vh1, vl1);
+          bf16_split2(v[0], v[1], vh0, vl0);
+          bf16_split2(v[2], v[3], vh1, vl1);
           mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
           mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
           mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+          if (__any_sync(0xffffffffu, bad[0] || bad[1] || bad[2] || bad[3])) {
+            float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // per output: unmasked keys whose value is not finite
+            mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
+          }
         }
       }
     }
