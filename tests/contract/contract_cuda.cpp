@@ -128,6 +128,7 @@ std::string check_cuda_kv_store();
 std::string check_cuda_residual();
 std::string check_cuda_gather();
 std::string check_cuda_candidates();
+std::string check_cuda_split_producers();
 
 }  // namespace tf::contract
 
@@ -143,7 +144,8 @@ int main() {
       {"rope", contract::check_cuda_rope},          {"attention", contract::check_cuda_attention},
       {"attention_mma", contract::check_cuda_attention_mma},
       {"kv_store", contract::check_cuda_kv_store},  {"residual_add", contract::check_cuda_residual},
-      {"gather_rows", contract::check_cuda_gather}, {"sample_candidates", contract::check_cuda_candidates}};
+      {"gather_rows", contract::check_cuda_gather},
+      {"split_producers", contract::check_cuda_split_producers}, {"sample_candidates", contract::check_cuda_candidates}};
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"mma.q4_0", GgmlType::Q4_0},
                          {"mma.q4_1", GgmlType::Q4_1},
                          {"mma.q8_0", GgmlType::Q8_0},

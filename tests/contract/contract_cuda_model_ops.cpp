@@ -212,3 +212,45 @@ std::string check_cuda_candidates() {
 }
 
 }  // namespace tf::contract
+
+namespace tf::contract {
+
+// A norm's or SwiGLU's split output gives a product the same bits as the product's own split of the same values.
+std::string check_cuda_split_producers() {
+  std::mt19937 rng(91);
+  const int64_t E = 768, F = 512, O = 64;
+  auto w1 = random_weight(GgmlType::Q4_K, E, O, rng), w2 = random_weight(GgmlType::Q4_K, F, O, rng);
+  Buf<uint8_t> d1(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, E, O)));
+  Buf<uint8_t> d2(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, F, O)));
+  const cuda::DeviceMatrix m1 = cuda::upload_matrix(GgmlType::Q4_K, w1.data(), E, O, d1.p);
+  const cuda::DeviceMatrix m2 = cuda::upload_matrix(GgmlType::Q4_K, w2.data(), F, O, d2.p);
+  for (int64_t rows : {1, 7, 40}) {
+    Buf<float> x(random_floats(size_t(rows * E), rng)), wn(random_floats(size_t(E), rng));
+    Buf<float> gu(random_floats(size_t(rows * 2 * F), rng, 3.0f));
+    Buf<float> a(std::vector<float>(size_t(rows * E + 1))), b(std::vector<float>(size_t(rows * E + 1)));
+    Buf<float> xs(std::vector<float>(size_t(rows * E))), xsum(std::vector<float>(size_t(rows * E / 32)));
+    Buf<float> ya(std::vector<float>(size_t(rows * O))), yb(std::vector<float>(size_t(rows * O)));
+    auto same = [&](const char* what) -> std::string {
+      const auto p = ya.get(), q = yb.get();
+      if (int64_t d = first_bit_difference(p.data(), q.data(), p.size()); d >= 0)
+        return fmt::format("{} rows={}: the product of the producer's split differs at {}", what, rows, d);
+      return {};
+    };
+    cuda::rmsnorm(x.p, wn.p, rows, E, 1e-5f, a.p);
+    cuda::rmsnorm(x.p, wn.p, rows, E, 1e-5f, b.p, xs.p, xsum.p);
+    cuda::gemv(m1, a.p, rows, ya.p);
+    cuda::gemv(m1, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
+    if (auto why = same("rmsnorm"); !why.empty()) return why;
+    cuda::swiglu_pairs(gu.p, rows, F, a.p);
+    cuda::swiglu_pairs(gu.p, rows, F, b.p, xs.p, xsum.p);
+    cuda::gemv(m2, a.p, rows, ya.p);
+    cuda::gemv(m2, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
+    if (auto why = same("swiglu"); !why.empty()) return why;
+    const auto p = a.get(), q = b.get();
+    if (int64_t d = first_bit_difference(p.data(), q.data(), size_t(rows * F)); d >= 0)
+      return fmt::format("swiglu rows={}: the split form's own output differs at {}", rows, d);
+  }
+  return {};
+}
+
+}  // namespace tf::contract

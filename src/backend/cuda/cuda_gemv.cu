@@ -132,7 +132,7 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
   return m;
 }
 
-void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual) {
+void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, const SplitX& pre) {
   if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
     throw std::runtime_error("gemv: unsupported format or row length");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0 || w.slices < 1)
@@ -140,7 +140,7 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
   if (n_rows == 0) return;
   const int ctl = active_control();
   if (w.mma) {
-    mma_gemv(w, x, n_rows, y, residual, ctl);
+    mma_gemv(w, x, n_rows, y, residual, ctl, pre);
     check(cudaGetLastError(), "gemv launch");
     return;
   }

@@ -44,7 +44,14 @@ uint64_t gemv_scratch_generation();
 // exact integer-weight mma sum, scaled in a fused step; per 256-column slice a partial, the partials added in order.
 // Each row's arithmetic is the same whatever n_rows is. x and y are device memory. With `residual` (which may be y
 // itself), y = residual + that sum, one rounding, as a separate add would give.
-void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr);
+// Activations a producing kernel (rmsnorm, swiglu_pairs) already split for tensor-core products of rows n_in long:
+// xs holds n_rows * n_in * 4 bytes, xsum n_rows * n_in / 32 floats. Products of tiled-layout matrices ignore it.
+struct SplitX {
+  void* xs = nullptr;
+  float* xsum = nullptr;
+};
+void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
+          const SplitX& pre = {});
 // Rows ids[r] of a [n_vocab, n_embd] matrix, decoded exactly, into out [n_rows, n_embd]; ids in device memory.
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out);
 

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/mma_kernels.cuh"
+#include "backend/cuda/mma_split.cuh"
 
 namespace tf::cuda {
 
@@ -32,22 +33,10 @@ __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, in
     const float4 f = __ldg(src + k);
     v[4 * k] = f.x, v[4 * k + 1] = f.y, v[4 * k + 2] = f.z, v[4 * k + 3] = f.w;
   }
-  float s = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 32; ++k) {
+  for (int k = 0; k < 32; ++k)
     if (TF_MCTL(101) && !isfinite(v[k])) v[k] = 0.0f;  // planted: a non-finite activation read as 0
-    s = __fadd_rn(s, v[k]);
-  }
-  xsum[i] = s;
-#pragma unroll
-  for (int st = 0; st < 2; ++st)
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const float* a = v + 16 * st + 2 * t;
-      xs[((row * (n_in / 16)) + gi * 2 + st) * 4 + t] =
-          make_uint4(bf16_pair(a[0], a[1]), bf16_pair(a[8], a[9]), bf16_pair(bf16_lo(a[0]), bf16_lo(a[1])),
-                     bf16_pair(bf16_lo(a[8]), bf16_lo(a[9])));
-    }
+  split_group(v, row, gi, n_in, xs, xsum);
 }
 
 // The slices' partials added in slice order, then the residual: the full kernel's exact sequence.
@@ -90,7 +79,8 @@ void mma_reserve(size_t bytes) {
 
 uint64_t mma_scratch_generation() { return g_generation; }
 
-void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
+void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+              const SplitX& pre) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
   mma_reserve(mma_scratch_bytes(w, n_rows));
   auto* base = static_cast<uint8_t*>(g_scratch);
@@ -98,8 +88,12 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   auto* xsum = reinterpret_cast<float*>(base + align256(size_t(n_rows * w.n_in) * 4));
   auto* part =
       reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xsum) + align256(size_t(n_rows * (w.n_in / 32)) * 4));
-  const int64_t tasks = n_rows * (w.n_in / 32);
-  mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
+  if (pre.xs) {
+    xs = static_cast<uint4*>(pre.xs), xsum = pre.xsum;
+  } else {
+    const int64_t tasks = n_rows * (w.n_in / 32);
+    mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
+  }
   const bool split = n_rows <= kMmaSplitRows;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");

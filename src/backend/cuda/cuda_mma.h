@@ -10,6 +10,8 @@ namespace tf::cuda {
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
 void mma_reserve(size_t bytes);  // grows the shared scratch; refuses to inside a graph capture
 uint64_t mma_scratch_generation();
-void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl);
+// With pre.xs, x's split comes from its producer and the split kernel is skipped.
+void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+              const SplitX& pre);
 
 }  // namespace tf::cuda

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
@@ -18,7 +19,8 @@ void check_launch(const char* op) {
 
 constexpr int kNormThreads = 256;
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs,
+                               float* xsum) {
   __shared__ double part[kNormThreads];
   const float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
@@ -32,8 +34,29 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   }
   double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
   const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
-  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  if (xs) {  // a thread per 32-column group: the same values, also split for the products that read them
+    for (int64_t gi = threadIdx.x; gi < n / 32; gi += kNormThreads) {
+      float v[32];
+#pragma unroll
+      for (int k = 0; k < 32; ++k) {
+        const int64_t i = gi * 32 + k;
+        yr[i] = v[k] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+        if (TF_DCTL(113)) v[k] = xr[i];  // planted: the split taken from the unnormalised row
+      }
+      split_group(v, blockIdx.x, gi, n, xs, xsum);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  }
   if (TF_DCTL(112) && threadIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
+}
+
+__device__ __forceinline__ float swiglu_at(const float* g, const float* u, int64_t i, int64_t n) {
+  const float gi = g[i];
+  float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
+  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));                 // planted: sigmoid sign slip
+  const float up = (TF_DCTL(122) && i + 1 < n) ? u[i + 1] : u[i];  // planted: reads the neighbour's up value
+  return __fmul_rn(silu, up);
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, int64_t in_stride) {
@@ -41,11 +64,22 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   if (i >= n) return;
   const int64_t r = blockIdx.y;
   g += r * in_stride, u += r * in_stride, out += r * n;
-  const float gi = g[i];
-  float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
-  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));                 // planted: sigmoid sign slip
-  const float up = (TF_DCTL(122) && i + 1 < n) ? u[i + 1] : u[i];  // planted: reads the neighbour's up value
-  out[i] = __fmul_rn(silu, up);
+  out[i] = swiglu_at(g, u, i, n);
+}
+
+// gate|up rows of 2n: a thread per (row, 32-column group), the same values, also split for the down product.
+__global__ void swiglu_split_kernel(const float* gu, float* out, int64_t n, int64_t n_rows, uint4* xs, float* xsum) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_rows * (n / 32)) return;
+  const int64_t r = t / (n / 32), gi = t % (n / 32);
+  const float* g = gu + r * 2 * n;
+  float v[32];
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    out[r * n + gi * 32 + k] = v[k] = swiglu_at(g, g + n, gi * 32 + k, n);
+    if (TF_DCTL(123)) v[k] = g[gi * 32 + k];  // planted: the split taken from the gate
+  }
+  split_group(v, r, gi, n, xs, xsum);
 }
 
 __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
@@ -129,9 +163,11 @@ void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n
   check_launch("gather_rows");
 }
 
-void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
+void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, void* xs, float* xsum) {
+  if (xs && n % 64 != 0) throw std::runtime_error("rmsnorm: a split output needs rows of whole 64-column steps");
   upload_control();
-  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y);
+  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y, static_cast<uint4*>(xs),
+                                                                         xsum);
   check_launch("rmsnorm");
 }
 
@@ -141,9 +177,17 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   check_launch("swiglu");
 }
 
-void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out) {
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs, float* xsum) {
   if (n_rows == 0) return;
   upload_control();
+  if (xs) {
+    if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
+    const int64_t tasks = n_rows * (n / 32);
+    swiglu_split_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(gu, out, n, n_rows,
+                                                                                    static_cast<uint4*>(xs), xsum);
+    check_launch("swiglu_pairs");
+    return;
+  }
   swiglu_kernel<<<dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, launch_stream()>>>(gu, gu + n, out, n,
                                                                                                 2 * n);
   check_launch("swiglu_pairs");

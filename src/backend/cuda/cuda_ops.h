@@ -5,7 +5,9 @@
 namespace tf::cuda {
 
 // y = x / sqrt(mean(x^2) + eps) * w per row; the sum of squares in double with a fixed block-wide order.
-void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
+// With xs/xsum (n a multiple of 64), y is also written split for tensor-core products (cuda_gemv.h SplitX).
+void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, void* xs = nullptr,
+             float* xsum = nullptr);
 // out = silu(gate) * up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // Rotates every head of every row in place with per-row cos/sin tables of n_rot/2 entries (NORM: adjacent pairs,
@@ -21,7 +23,7 @@ void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, co
               const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
               int64_t layer_offset, int64_t page_size, int64_t kv_row);
 // out[r, i] = silu(gu[r, i]) * gu[r, n + i]: gate and up side by side in rows of 2n, as one matrix writes them.
-void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out);
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs = nullptr, float* xsum = nullptr);
 // dst[r] = src[idx[r]] for rows of n floats.
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst);
 

@@ -93,6 +93,14 @@ std::vector<KernelRecord> make_records() {
                "n 576; rows 1,3,7",
                "bit-equal to (x + b) + y, each sum rounded once",
                {{191, "the neighbouring column's bias"}, {192, "the residual term lost"}}});
+  r.push_back({"split_producers",
+               "cuda",
+               {"f32"},
+               "rmsnorm and swiglu_pairs writing their output also split for tensor-core products (rows of whole "
+               "64-column steps)",
+               "Q4_K 768x64 after rmsnorm, 512x64 after SwiGLU; rows 1, 7, 40",
+               "the product's bits equal those of the product's own split of the same values",
+               {{113, "split taken from the unnormalised row"}, {123, "split taken from the gate"}}});
   r.push_back({"gather_rows",
                "cuda",
                {"f32"},

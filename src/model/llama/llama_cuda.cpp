@@ -266,9 +266,9 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   const int64_t table = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
   const auto& c = cfg_;
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
-  const int64_t sizes[] = {
-      R * E, R * std::max(E, F), R * (Dq + 2 * kv_row_), R * kv_row_, R * kv_row_, R * Dq, R * E, R * 2 * F,
-      R * F, R * c.n_vocab};
+  const int64_t sizes[] = {R * E,         R * std::max(E, F), R * (Dq + 2 * kv_row_), R * kv_row_,
+                           R * kv_row_,   R * Dq,             R * E,                  R * 2 * F,
+                           R * F,         R * c.n_vocab,      R * std::max(E, F),     R * std::max(E, F) / 32};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
@@ -291,7 +291,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   if (staging_host_) cuda::host_free_pinned(staging_host_);
   scratch_ = scratch, staging_dev_ = dev, staging_host_ = host, staging_bytes_ = staging;
   cap_rows_ = rows, cap_table_ = table;
-  float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_};
+  float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_, &xs_, &xsum_};
   size_t off = 0;
   for (size_t i = 0; i < std::size(bufs); ++i) {
     *bufs[i] = reinterpret_cast<float*>(static_cast<char*>(scratch_) + off);

@@ -64,6 +64,7 @@ class LlamaCudaModel : public Model {
   size_t staging_bytes_ = 0;
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *o_ = nullptr,
         *g_ = nullptr, *u_ = nullptr, *logits_ = nullptr;
+  float *xs_ = nullptr, *xsum_ = nullptr;  // a norm's or SwiGLU's output split for the products that read it
   void* cand_ = nullptr;
   bool graphs_on_ = true;
   double last_device_ms_ = 0;

@@ -104,19 +104,21 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
-    cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_);
+    // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
+    const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
+    cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     // Q, K and V rows: one stacked product [Q | K | V] per row (stride Dqkv), or three products.
     const float *qp = q_, *kp = k_, *vp = v_;
     int64_t q_stride = Dq, kv_stride = Dkv;
     if (Ly.fused_qkv) {
-      cuda::gemv(Ly.wq, h_, n, q_);
+      cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = kv_stride = Dq + 2 * Dkv, kp = q_ + Dq, vp = q_ + Dq + Dkv;
       cuda::rope(q_, n, q_stride, c.n_head + c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);  // Q and K heads
     } else {
-      cuda::gemv(Ly.wq, h_, n, q_);
-      cuda::gemv(Ly.wk, h_, n, k_);
-      cuda::gemv(Ly.wv, h_, n, v_);
+      cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
+      cuda::gemv(Ly.wk, h_, n, k_, nullptr, pre_e);
+      cuda::gemv(Ly.wv, h_, n, v_, nullptr, pre_e);
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
       if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
       if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
@@ -141,16 +143,18 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     } else {
       cuda::gemv(Ly.wo, att_, n, x_, x_);
     }
-    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_);
+    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
+    cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
-      cuda::gemv(Ly.gate, h_, n, g_);
-      cuda::swiglu_pairs(g_, n, c.n_ff, u_);
+      cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
+      if (c.n_ff % 64 == 0) pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
+      cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum);
     } else {
-      cuda::gemv(Ly.gate, h_, n, g_);
-      cuda::gemv(Ly.up, h_, n, u_);
+      cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
+      cuda::gemv(Ly.up, h_, n, u_, nullptr, pre_e);
       cuda::swiglu(g_, u_, u_, n * c.n_ff);
     }
-    cuda::gemv(Ly.down, u_, n, x_, x_);
+    cuda::gemv(Ly.down, u_, n, x_, x_, pre_f);
   }
   if (m == 0) return;
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
