@@ -17,9 +17,42 @@ T* upload(const std::vector<T>& h) {
   return p;
 }
 
+// The tensor-core kernel writing its output also split: the same output, and an output product whose bits equal
+// those of the product's own split.
+std::string check_split_output(const float* dq, int64_t qs, int64_t rows, const int32_t* dpos, const int32_t* dseq,
+                               const cuda::PagedKv& kv, int64_t nh, int64_t nkv, int64_t hd, float scale,
+                               const std::vector<float>& out, std::mt19937& rng) {
+  const int64_t n = nh * hd, O = 16;
+  if (n % 64 != 0) return {};
+  auto wb = random_weight(GgmlType::Q8_0, n, O, rng);
+  void* dw = cuda::device_alloc(cuda::device_matrix_bytes(GgmlType::Q8_0, n, O));
+  const cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::Q8_0, wb.data(), n, O, dw);
+  float* o2 = static_cast<float*>(cuda::device_alloc(size_t(rows * n) * 4));
+  void* xs = cuda::device_alloc(size_t(rows * n) * 4);
+  float* xsum = static_cast<float*>(cuda::device_alloc(size_t(rows * n / 32) * 4));
+  float* ya = static_cast<float*>(cuda::device_alloc(size_t(rows * O) * 4));
+  float* yb = static_cast<float*>(cuda::device_alloc(size_t(rows * O) * 4));
+  cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, o2, xs, xsum);
+  std::vector<float> got(out.size()), a(size_t(rows * O)), b(a.size());
+  cuda::copy_to_host(got.data(), o2, got.size() * 4);
+  cuda::gemv(m, o2, rows, ya);
+  cuda::gemv(m, o2, rows, yb, nullptr, cuda::SplitX{xs, xsum});
+  cuda::copy_to_host(a.data(), ya, a.size() * 4);
+  cuda::copy_to_host(b.data(), yb, b.size() * 4);
+  std::string why;
+  if (int64_t d = first_bit_difference(got.data(), out.data(), out.size()); d >= 0)
+    why = fmt::format("hd {}: the split form's output differs at {}", hd, d);
+  else if (int64_t e = first_bit_difference(a.data(), b.data(), a.size()); e >= 0)
+    why = fmt::format("hd {}: the product of the attention's split differs at {}", hd, e);
+  for (void* p :
+       {dw, static_cast<void*>(o2), xs, static_cast<void*>(xsum), static_cast<void*>(ya), static_cast<void*>(yb)})
+    cuda::device_free(p);
+  return why;
+}
+
 // `mma`: the tensor-core kernel, checked against its own derived bound; else the warp-parallel one.
-std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, bool mma, const std::vector<int32_t>& pos,
-                       const std::vector<int32_t>& seq, int64_t nan_key = -1) {
+std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, bool mma,
+                       const std::vector<int32_t>& pos, const std::vector<int32_t>& seq, int64_t nan_key = -1) {
   const int64_t P = 16, kvr = nkv * hd, max_keys = 2000, max_pages = (max_keys + 1 + P) / P, n_seq = 2;
   const int64_t page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
   auto pool = random_floats(size_t(n_pages * page_floats), rng);
@@ -49,6 +82,7 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
+  if (mma) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng);
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;

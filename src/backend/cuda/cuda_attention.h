@@ -24,7 +24,9 @@ void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* 
 // tiles of 16 (row, head) pairs of one KV head, keys in 32-key blocks owned by warp (block mod 8), online softmax,
 // Q K^T and P V as bf16 hi/lo products (lo x lo dropped), warps merged in order. No row's bits depend on the others.
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head);
+// With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                   const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out);
+                   const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
+                   void* xs = nullptr, float* xsum = nullptr);
 
 }  // namespace tf::cuda

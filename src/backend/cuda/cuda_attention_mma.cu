@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_ops.cuh"
+#include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
@@ -24,7 +25,7 @@ constexpr int kWarps = 8;
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out) {
+                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum) {
   __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16];
   __shared__ float sm_o[16][D];
   const int G = n_head / n_kv_head, RT = 16 / G;
@@ -197,11 +198,26 @@ __global__ void __launch_bounds__(kWarps * 32)
           }
       __syncthreads();
     }
-    for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
-      const int m = i / D, d = i % D, e = m / G;
-      const int64_t r = row0 + e;
-      if (m < RT * G && r < n_rows && row_seq[r] == seq)
-        out[(r * n_head + int64_t(kvh) * G + m % G) * D + d] = __fdiv_rn(sm_o[m][d], sm_L[m]);
+    if (xs) {  // a thread per (M row, 32 columns): the same values, also split for the output product
+      for (int i = threadIdx.x; i < 16 * (D / 32); i += kWarps * 32) {
+        const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
+        const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
+        if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
+        float v[32];
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+          out[r * n_head * D + col + k] = v[k] = __fdiv_rn(sm_o[m][d0 + k], sm_L[m]);
+          if (TF_DCTL(143)) v[k] = sm_o[m][d0 + k];  // planted: the split taken before the division by L
+        }
+        split_group(v, r, col / 32, int64_t(n_head) * D, xs, xsum);
+      }
+    } else {
+      for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
+        const int m = i / D, d = i % D, e = m / G;
+        const int64_t r = row0 + e;
+        if (m < RT * G && r < n_rows && row_seq[r] == seq)
+          out[(r * n_head + int64_t(kvh) * G + m % G) * D + d] = __fdiv_rn(sm_o[m][d], sm_L[m]);
+      }
     }
     __syncthreads();
   }
@@ -214,7 +230,8 @@ bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head)
 }
 
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                   const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
+                   const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
+                   void* xs, float* xsum) {
   if (!attention_mma_supports(head_dim, n_head, n_kv_head))
     throw std::runtime_error(
         "attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
@@ -223,11 +240,11 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   const int64_t rt = 16 / (n_head / n_kv_head);
   const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head));
   if (head_dim == 64)
-    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(q, q_stride, n_rows, pos, row_seq, kv,
-                                                                        int(n_head), int(n_kv_head), scale, out);
+    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(
+        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
   else
-    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(q, q_stride, n_rows, pos, row_seq, kv,
-                                                                         int(n_head), int(n_kv_head), scale, out);
+    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(
+        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
 }

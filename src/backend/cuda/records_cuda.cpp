@@ -70,7 +70,9 @@ std::vector<KernelRecord> make_records() {
        "with another sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row "
        "against itself alone",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * 2^-24)",
-       {{141, "one key past the causal limit read"}, {142, "query head mapped to the wrong KV head"}}});
+       {{141, "one key past the causal limit read"},
+        {142, "query head mapped to the wrong KV head"},
+        {143, "the split output taken before the division by L"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",

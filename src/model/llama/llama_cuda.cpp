@@ -268,7 +268,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
   const int64_t sizes[] = {R * E,         R * std::max(E, F), R * (Dq + 2 * kv_row_), R * kv_row_,
                            R * kv_row_,   R * Dq,             R * E,                  R * 2 * F,
-                           R * F,         R * c.n_vocab,      R * std::max(E, F),     R * std::max(E, F) / 32};
+                           R * F,         R * c.n_vocab,      R * std::max({E, F, Dq}), R * std::max({E, F, Dq}) / 32};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));

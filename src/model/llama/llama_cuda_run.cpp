@@ -130,18 +130,21 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
                    page_size_, kv_row_);
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
     // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
-    if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv))
-      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_);
-    else
+    cuda::SplitX pre_o;
+    if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
+      if (Dq % 64 == 0) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this one
+      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_,
+                          pre_o.xs, pre_o.xsum);
+    } else
       cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale,
                       width * page_size_, att_);
     // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
     if (Ly.bo) {
-      cuda::gemv(Ly.wo, att_, n, o_);
+      cuda::gemv(Ly.wo, att_, n, o_, nullptr, pre_o);
       cuda::add_bias(o_, Ly.bo, n, E);
       cuda::add_inplace(x_, o_, n * E);
     } else {
-      cuda::gemv(Ly.wo, att_, n, x_, x_);
+      cuda::gemv(Ly.wo, att_, n, x_, x_, pre_o);
     }
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     cuda::SplitX pre_f;
