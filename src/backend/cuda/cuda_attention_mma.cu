@@ -71,14 +71,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        // Keys past the sequence read key 0 and are zeroed: unconditional loads can all be issued up front.
         const int64_t j = b * 32 + nt * 8 + g;
-        const float* kr = j < n_keys ? kv_row_of(kv, seq, j, false) + int64_t(kvh_read) * D : nullptr;
+        const bool kin = j < n_keys;
+        const float* kr = kv_row_of(kv, seq, kin ? j : 0, false) + int64_t(kvh_read) * D;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          float2 a = make_float2(0.0f, 0.0f), c = a;
-          if (kr)
-            a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
-            c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
+          float2 a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
+                 c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
+          if (!kin) a = c = make_float2(0.0f, 0.0f);
           uint32_t kh0, kl0, kh1, kl1;
           bf16_split2(a.x, a.y, kh0, kl0);
           bf16_split2(c.x, c.y, kh1, kl1);
@@ -134,10 +135,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
         const int64_t j0 = b * 32 + 16 * kk + 2 * t;
         const float* vr[4];
+        bool vin[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
-          vr[i] = j < n_keys ? kv_row_of(kv, seq, j, true) + int64_t(kvh_read) * D : nullptr;
+          vin[i] = j < n_keys;
+          vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
         }
         // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a row.
         auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
@@ -150,7 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           bool bad[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
-            v[i] = vr[i] ? vr[i][d] : 0.0f;
+            v[i] = vr[i][d];
+            if (!vin[i]) v[i] = 0.0f;
             bad[i] = !isfinite(v[i]);
             if (bad[i]) v[i] = 0.0f;
           }
@@ -160,13 +164,13 @@ __global__ void __launch_bounds__(kWarps * 32)
           mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
           mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
           mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-          if (__any_sync(0xffffffffu, bad[0] || bad[1] || bad[2] || bad[3])) {
-            float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // per output: unmasked keys whose value is not finite
-            mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+          // Per output: unmasked keys whose value is not finite (always computed: a branch here would keep the
+          // next columns' loads from being issued early).
+          float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
-          }
+          for (int e = 0; e < 4; ++e)
+            if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
         }
       }
     }
@@ -203,12 +207,14 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
         const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
         if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-        float v[32];
+        float y[32], v[32];
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
-          out[r * n_head * D + col + k] = v[k] = __fdiv_rn(sm_o[m][d0 + k], sm_L[m]);
+          v[k] = y[k] = __fdiv_rn(sm_o[m][d0 + k], sm_L[m]);
           if (TF_DCTL(143)) v[k] = sm_o[m][d0 + k];  // planted: the split taken before the division by L
         }
+#pragma unroll
+        for (int k = 0; k < 32; ++k) out[r * n_head * D + col + k] = y[k];
         split_group(v, r, col / 32, int64_t(n_head) * D, xs, xsum);
       }
     } else {

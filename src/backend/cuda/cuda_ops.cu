@@ -34,16 +34,13 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   }
   double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
   const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
-  if (xs) {  // a thread per 32-column group: the same values, also split for the products that read them
-    for (int64_t gi = threadIdx.x; gi < n / 32; gi += kNormThreads) {
-      float v[32];
-#pragma unroll
-      for (int k = 0; k < 32; ++k) {
-        const int64_t i = gi * 32 + k;
-        yr[i] = v[k] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
-        if (TF_DCTL(113)) v[k] = xr[i];  // planted: the split taken from the unnormalised row
-      }
-      split_group(v, blockIdx.x, gi, n, xs, xsum);
+  if (xs) {  // a warp per 32-column group, a lane per column: the same values, also split for the products
+    for (int64_t gi = threadIdx.x / 32; gi < n / 32; gi += kNormThreads / 32) {
+      const int64_t i = gi * 32 + (threadIdx.x & 31);
+      const float xv = xr[i], y1 = __fmul_rn(__fmul_rn(xv, scale), w[i]);
+      __syncwarp();  // every lane has read x before any lane writes y (they may be the same buffer)
+      yr[i] = y1;
+      split_group_warp(TF_DCTL(113) ? xv : y1, blockIdx.x, gi, n, xs, xsum);  // planted: split of the unnormalised row
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
@@ -67,19 +64,16 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   out[i] = swiglu_at(g, u, i, n);
 }
 
-// gate|up rows of 2n: a thread per (row, 32-column group), the same values, also split for the down product.
+// gate|up rows of 2n: a warp per (row, 32-column group), a lane per column; the same values, also split for the
+// down product.
 __global__ void swiglu_split_kernel(const float* gu, float* out, int64_t n, int64_t n_rows, uint4* xs, float* xsum) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n_rows * (n / 32)) return;
-  const int64_t r = t / (n / 32), gi = t % (n / 32);
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (wid >= n_rows * (n / 32)) return;  // whole warps only: the split's shuffles need every lane
+  const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
   const float* g = gu + r * 2 * n;
-  float v[32];
-#pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    out[r * n + gi * 32 + k] = v[k] = swiglu_at(g, g + n, gi * 32 + k, n);
-    if (TF_DCTL(123)) v[k] = g[gi * 32 + k];  // planted: the split taken from the gate
-  }
-  split_group(v, r, gi, n, xs, xsum);
+  const float y = swiglu_at(g, g + n, i, n);
+  out[r * n + i] = y;
+  split_group_warp(TF_DCTL(123) ? g[i] : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
 }
 
 __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
@@ -183,8 +177,8 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* 
   if (xs) {
     if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
     const int64_t tasks = n_rows * (n / 32);
-    swiglu_split_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(gu, out, n, n_rows,
-                                                                                    static_cast<uint4*>(xs), xsum);
+    swiglu_split_kernel<<<unsigned((tasks + 3) / 4), 128, 0, launch_stream()>>>(gu, out, n, n_rows,
+                                                                               static_cast<uint4*>(xs), xsum);
     check_launch("swiglu_pairs");
     return;
   }

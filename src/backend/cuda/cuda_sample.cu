@@ -111,8 +111,12 @@ __global__ void __launch_bounds__(kT)
     if (threadIdx.x < 256) hist[threadIdx.x] = 0;
     __syncthreads();
     for (int64_t v = threadIdx.x; v < V; v += kT) {
+      // One atomic per distinct bin in the warp: logits crowd a few bins, and one add per key serialises there.
       const uint32_t k = key_of(l[v]);
-      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
+      const bool in = (k & mask) == prefix;
+      const uint32_t bin = in ? (k >> shift) & 255 : 256u;
+      const unsigned peers = __match_any_sync(__activemask(), bin);
+      if (in && (threadIdx.x & 31) == unsigned(__ffs(int(peers)) - 1)) atomicAdd(&hist[bin], unsigned(__popc(peers)));
     }
     __syncthreads();
     int64_t above = 0;
