@@ -22,8 +22,9 @@ constexpr int kNormThreads = 256;
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs,
                                float* xsum) {
   __shared__ double part[kNormThreads];
-  const float* xr = x + int64_t(blockIdx.x) * n;
-  float* yr = y + int64_t(blockIdx.x) * n;
+  const int64_t row = blockIdx.y;  // blockIdx.x: which 8 groups of the split output (every block sums the whole row)
+  const float* xr = x + row * n;
+  float* yr = y + row * n;
   double ss = 0;
   for (int64_t i = threadIdx.x; i < n; i += kNormThreads) ss += double(xr[i]) * double(xr[i]);
   part[threadIdx.x] = ss;
@@ -35,17 +36,17 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
   const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
   if (xs) {  // a warp per 32-column group, a lane per column: the same values, also split for the products
-    for (int64_t gi = threadIdx.x / 32; gi < n / 32; gi += kNormThreads / 32) {
+    const int64_t gi = int64_t(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
+    if (gi < n / 32) {
       const int64_t i = gi * 32 + (threadIdx.x & 31);
       const float xv = xr[i], y1 = __fmul_rn(__fmul_rn(xv, scale), w[i]);
-      __syncwarp();  // every lane has read x before any lane writes y (they may be the same buffer)
       yr[i] = y1;
-      split_group_warp(TF_DCTL(113) ? xv : y1, blockIdx.x, gi, n, xs, xsum);  // planted: split of the unnormalised row
+      split_group_warp(TF_DCTL(113) ? xv : y1, row, gi, n, xs, xsum);  // planted: split of the unnormalised row
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
   }
-  if (TF_DCTL(112) && threadIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
+  if (TF_DCTL(112) && threadIdx.x == 0 && blockIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
 }
 
 __device__ __forceinline__ float swiglu_at(const float* g, const float* u, int64_t i, int64_t n) {
@@ -159,9 +160,12 @@ void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n
 
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, void* xs, float* xsum) {
   if (xs && n % 64 != 0) throw std::runtime_error("rmsnorm: a split output needs rows of whole 64-column steps");
+  if (xs && x == y) throw std::runtime_error("rmsnorm: a split output needs separate input and output rows");
   upload_control();
-  rmsnorm_kernel<<<unsigned(n_rows), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y, static_cast<uint4*>(xs),
-                                                                         xsum);
+  // With a split output, several blocks per row (each sums the whole row, the same way) take 8 groups each.
+  const unsigned chunks = xs ? unsigned((n / 32 + kNormThreads / 32 - 1) / (kNormThreads / 32)) : 1u;
+  rmsnorm_kernel<<<dim3(chunks, unsigned(n_rows)), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y,
+                                                                                       static_cast<uint4*>(xs), xsum);
   check_launch("rmsnorm");
 }
 
