@@ -1,5 +1,6 @@
 // The llama path on CUDA against the CPU backend and against itself: greedy agreement on SmolLM2, rows that do not
 // depend on their batch, and device candidates that sample exactly as full logits do. Exits 77 without a GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,6 +133,25 @@ TEST(CudaModel, RefusesWhatItCannotRun) {
     EXPECT_NE(what.find("KV pool"), std::string::npos) << what;
     EXPECT_NE(what.find("--parallel"), std::string::npos) << what;
   }
+}
+
+TEST(CudaModel, RefusesWeightsLargerThanTheFreeMemory) {
+  // Another tenant holds all but 192 MiB of the device: the weights no longer fit, refused at startup by size.
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  void* hog = nullptr;
+  ASSERT_EQ(cudaMalloc(&hog, free_b - (size_t(192) << 20)), cudaSuccess);
+  ThreadPool pool(0);
+  try {
+    load_model(model_path(), pool, "", "cuda");
+    ADD_FAILURE() << "weights larger than the free device memory were accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the weights need"), std::string::npos) << what;
+    EXPECT_NE(what.find("GiB free"), std::string::npos) << what;
+  }
+  cudaFree(hog);
+  EXPECT_NO_THROW(load_model(model_path(), pool, "", "cuda"));  // the process is unharmed
 }
 
 }  // namespace
