@@ -44,8 +44,16 @@ __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices,
                                   const float* residual) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float sum = partial[i];
-  for (int s = 1; s < slices; ++s) sum = __fadd_rn(sum, partial[s * n + i]);
+  float sum = 0.0f;
+  for (int s0 = 0; s0 < slices; s0 += 8) {  // eight loads in flight, then the adds in slice order
+    const int m = slices - s0 < 8 ? slices - s0 : 8;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = k < m ? __ldg(partial + int64_t(s0 + k) * n + i) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (k < m) sum = s0 + k == 0 ? v[k] : __fadd_rn(sum, v[k]);
+  }
   y[i] = residual ? __fadd_rn(residual[i], sum) : sum;
 }
 
@@ -99,7 +107,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
   if (split) {
     const int64_t n = n_rows * w.n_out;
-    mma_reduce_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(part, w.slices, n, y, residual);
+    // Small blocks spread a decode row's few thousand outputs over more multiprocessors.
+    mma_reduce_kernel<<<unsigned((n + 63) / 64), 64, 0, launch_stream()>>>(part, w.slices, n, y, residual);
   }
 }
 
