@@ -1,7 +1,8 @@
 """A float64 numpy reference of the DeepSeek-V4 forward (no QAT roundings), read straight from a release-layout
 checkpoint (tools/fixtures/gen_deepseek_v4.py): FP8 blocks and MXFP4 experts decoded exactly, then the whole
 sequence in one pass. It follows specs/deepseek_v4.md section 2 with the operation order of transformers'
-DeepseekV4 (5.24, which has it since 5.17); it is a development oracle next to the transformers goldens, and the base of the MTP check.
+DeepseekV4 (5.24, which has it since 5.17); it is a development oracle next to the transformers goldens, and the
+base of the MTP check.
 
   python tools/oracle/dsv4_reference.py CHECKPOINT --tokens 1,2,3 --out logits.npy
 """
@@ -133,6 +134,7 @@ def softplus(x):
 class Model:
     def __init__(self, ck, qat=False):
         self.ck, self.c, self.qat = ck, ck.cfg, qat
+        self.clamped = 0
         self.eps = self.c["rms_norm_eps"]
         self.fmain, self.fcomp = rope_freqs(self.c, False), rope_freqs(self.c, True)
 
@@ -278,8 +280,9 @@ class Model:
         return out + self.mlp(p + "ffn.shared_experts.", x, lim)
 
     def mlp(self, p, x, lim, weight=1.0):
-        g = np.minimum(self.mm(x, p + "w1"), lim)
-        u = np.clip(self.mm(x, p + "w3"), -lim, lim)
+        g, u = self.mm(x, p + "w1"), self.mm(x, p + "w3")
+        self.clamped += int((g > lim).sum() + (np.abs(u) > lim).sum())  # tests prove the fixture reaches the clamp
+        g, u = np.minimum(g, lim), np.clip(u, -lim, lim)
         return self.mm(g / (1 + np.exp(-g)) * u * weight, p + "w2")
 
     def forward(self, ids):
