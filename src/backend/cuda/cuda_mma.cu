@@ -2,6 +2,8 @@
 // the device scratch they share.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -63,6 +65,15 @@ uint64_t g_generation = 0;  // bumped whenever the scratch moves, so graphs that
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// TF_MMA_SPLIT=1 keeps few-row products on the split kernels (benchmarks compare both; the bits are the same).
+bool split_forced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("TF_MMA_SPLIT");
+    return v && v[0] == '1';
+  }();
+  return forced;
+}
+
 }  // namespace
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
@@ -102,8 +113,15 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
     const int64_t tasks = n_rows * (w.n_in / 32);
     mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
   }
-  const bool split = n_rows <= kMmaSplitRows;
+  // Few rows: with 128-512 output tiles a block per tile adds the slices itself (enough blocks to fill the device,
+  // no second kernel); otherwise the slices run in separate blocks, several tiles a warp, and a second kernel adds
+  // them. Both give the same bits.
+  const int64_t nt = (n_rows + 7) / 8, tiles = (w.n_out + 15) / 16;
+  const bool few = n_rows <= kMmaSplitRows;
+  const bool block = few && tiles >= 128 && tiles <= 512 && !split_forced();
+  const bool split = few && !block;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
+  if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
   if (split) {
     const int64_t n = n_rows * w.n_out;

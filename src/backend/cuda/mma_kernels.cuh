@@ -38,6 +38,7 @@ struct MmaArgs {
   const float* residual;
   float* partial;  // [slices][rows][n_out] when the slices run in separate blocks
   int ctl;
+  int round = 0;  // mma_block_kernel: slices parked in shared memory per round
 };
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
@@ -139,6 +140,52 @@ __global__ void __launch_bounds__(128) mma_split_kernel(MmaArgs A) {
       }
 }
 
+// Few rows, a block per MT output tiles: warp w takes slices w, w+8, ... of a round and parks each slice's partial
+// in shared memory, then the block adds them in slice order: the split kernel's sums without a second kernel.
+template <int kType, int MT, int NT>
+__global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
+  extern __shared__ float sm_part[];  // [round][E]: lane-major, so a warp's stores and the adds hit 32 banks
+  constexpr int E = MT * NT * 4 * 32, Q = (E + 255) / 256;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  [[maybe_unused]] const int ctl = A.ctl;
+  const int64_t tile0 = int64_t(blockIdx.x) * MT;
+  float tot[Q];
+  for (int r0 = 0; r0 < A.w.slices; r0 += A.round) {
+    const int rn = A.w.slices - r0 < A.round ? A.w.slices - r0 : A.round;
+    for (int j = warp; j < rn; j += 8) {
+      float p[MT][NT][4];
+      mma_slice<kType, MT, NT>(A, tile0, r0 + j, 0, p);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sm_part[j * E + ((mt * NT + nt) * 4 + e) * 32 + lane] = p[mt][nt][e];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int i = int(threadIdx.x) + 256 * q;
+      if (i < E)
+        for (int j = 0; j < rn; ++j) {
+          const float v = sm_part[(TF_MCTL(104) ? rn - 1 - j : j) * E + i];  // planted: a round's slices reversed
+          tot[q] = r0 + j == 0 ? v : __fadd_rn(tot[q], v);
+        }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int q = 0; q < Q; ++q) {
+    const int i = int(threadIdx.x) + 256 * q;
+    if (i >= E) continue;
+    const int ln = i & 31, k = i >> 5, e = k & 3, nt = (k >> 2) % NT, mt = (k >> 2) / NT;
+    const int64_t o = (tile0 + mt) * 16 + (ln >> 2) + 8 * (e >> 1), row = nt * 8 + 2 * (ln & 3) + (e & 1);
+    if (o >= A.w.n_out || row >= A.n_rows) continue;
+    const int64_t at = row * A.w.n_out + o;
+    A.y[at] = A.residual ? __fadd_rn(A.residual[at], tot[q]) : tot[q];
+  }
+}
+
 // Many rows: a block of 2 x 2 warps, each MT x NT tiles, every slice in order with the running total in registers.
 template <int kType, int MT, int NT>
 __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
@@ -170,11 +217,35 @@ __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
       }
 }
 
-constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks
+constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks or warps
+
+template <int kType, int NT>
+void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
+  const int64_t tiles = (A.w.n_out + 15) / 16;
+  mma_block_kernel<kType, 1, NT>
+      <<<unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float), launch_stream()>>>(A);
+}
 
 template <int kType>
 void launch_mma(const MmaArgs& A) {
   const int64_t tiles = (A.w.n_out + 15) / 16;
+  if (A.round > 0) {
+    switch ((A.n_rows + 7) / 8) {
+      case 1:
+        launch_block<kType, 1>(A);
+        break;
+      case 2:
+        launch_block<kType, 2>(A);
+        break;
+      case 3:
+        launch_block<kType, 3>(A);
+        break;
+      default:
+        launch_block<kType, 4>(A);
+        break;
+    }
+    return;
+  }
   if (A.n_rows <= kMmaSplitRows) {
     // Several tiles per warp keep more weight bytes in flight (one for the wide BF16 loads, which would spill); the
     // tile count never changes a row's sums.

@@ -5,8 +5,11 @@ namespace {
 
 std::vector<KernelRecord> make_records() {
   const char* shapes =
-      "tiled layout (F32, F16, tables, rows not a multiple of 64): n_in whole blocks, 16-byte aligned activations; any n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
-  const char* sweep = "576x1536, 1536x576, 4096x64, 32x33; rows 1,2,3,7,16,64; a NaN row; the in-place residual form";
+      "tiled layout (F32, F16, tables, rows not a multiple of 64): n_in whole blocks, 16-byte aligned activations; any "
+      "n_out (tiles of 32); any rows (passes of 8, 4, 2, 1)";
+  const char* sweep =
+      "576x1536, 1536x576, 4096x64, 32x33, 4608x2056 (rows 1,3,16,32,40); rows 1,2,3,7,16,64; a NaN row; the "
+      "in-place residual form";
   const char* bound =
       "|y - y64| <= (ceil(units/slices) * unit/2 + slices + 2) * 2^-24 * sum|w_i x_i| (two fused sums per lane, slices "
       "added in order)";
@@ -20,18 +23,21 @@ std::vector<KernelRecord> make_records() {
                  bound,
                  {{101, "non-finite activation read as 0"}, {102, "row reads its neighbour's activations"}}});
   for (const char* f : {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "bf16"})
-    r.push_back({std::string("mma.") + f,
-                 "cuda",
-                 {f},
-                 "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
-                 "rows (up to 32: slices in separate blocks, then added in order; more: 2x2 warps of 32x32)",
-                 "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,24,32,40,64,100; a NaN "
-                 "row; the in-place residual form",
-                 "|y - y64| <= (2^-16 + (2G+4) * 2^-22 + (2*256/G + slices + 34) * 2^-24) * sum (|w_i| + |min_i|)|x_i|: "
-                 "x = bf16 hi + lo, G-column scale groups summed exactly-in-product by the mma, fused scale and min",
-                 {{101, "non-finite activation read as 0"},
-                  {102, "row reads its neighbour's activations"},
-                  {103, "the activations' lo part dropped"}}});
+    r.push_back(
+        {std::string("mma.") + f,
+         "cuda",
+         {f},
+         "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
+         "rows (up to 32: a block per 16 outputs adding its warps' slices in order when there are 128+ such tiles, "
+         "else slices in separate blocks then added in order; more: 2x2 warps of 32x32)",
+         "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,24,32,40,64,100; 4608x2056 "
+         "(129 tiles, 18 slices) with rows 1,3,16,32,40; a NaN row; the in-place residual form",
+         "|y - y64| <= (2^-16 + (2G+4) * 2^-22 + (2*256/G + slices + 34) * 2^-24) * sum (|w_i| + |min_i|)|x_i|: "
+         "x = bf16 hi + lo, G-column scale groups summed exactly-in-product by the mma, fused scale and min",
+         {{101, "non-finite activation read as 0"},
+          {102, "row reads its neighbour's activations"},
+          {103, "the activations' lo part dropped"},
+          {104, "the block kernel adds a round's slices in reverse order"}}});
   r.push_back({"rmsnorm",
                "cuda",
                {"f32"},
@@ -65,11 +71,13 @@ std::vector<KernelRecord> make_records() {
       {"attention_mma",
        "cuda",
        {"f32"},
-       "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any sequences",
+       "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any "
+       "sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences; a 37-row prefill chunk "
        "with another sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row "
        "against itself alone",
-       "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * 2^-24)",
+       "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * "
+       "2^-24)",
        {{141, "one key past the causal limit read"},
         {142, "query head mapped to the wrong KV head"},
         {143, "the split output taken before the division by L"}}});
@@ -114,10 +122,13 @@ std::vector<KernelRecord> make_records() {
       {"sample_candidates",
        "cuda",
        {"f32"},
-       "any vocabulary; 256 candidates per row, one block per row",
-       "V 49152, 1000, 100; 7 rows incl. ties across the cut and a tied maximum; each row alone",
+       "any vocabulary; 256 candidates per row, a block per 4096-logit chunk then one merging block per row",
+       "V 128256, 49152, 1000, 100; 7 rows incl. ties across the cut (in one chunk and over all chunks) and a tied "
+       "maximum; each row alone",
        "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1)",
-       {{161, "lse summed from float exps"}, {162, "ties go to the higher id"}, {163, "ties taken past the cut"}}});
+       {{161, "lse summed from float exps"},
+        {162, "ties go to the higher id"},
+        {163, "the highest ids among ties at the cut"}}});
   return r;
 }
 
