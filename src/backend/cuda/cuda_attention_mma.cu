@@ -18,7 +18,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-
 // One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
 // sequences in a tile are taken in separate passes. Warp w owns the key blocks b = w mod 8; its state is merged with
 // the others' in warp order. A row's bits depend only on its own query, keys and position.
@@ -27,6 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum) {
   __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16];
+  __shared__ int sm_first[16];
   __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
   const int G = n_head / n_kv_head, RT = 16 / G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -68,18 +68,26 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     for (int64_t b = warp; b * 32 < n_keys; b += kWarps) {
       float s[4][4];
+      // Keys past the sequence read key 0 (their scores are masked below, whatever they hold). The four row
+      // addresses first, then each 8-key tile's whole row loaded before its products: one wait per tile.
+      const float* kr[4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int64_t j = b * 32 + nt * 8 + g;
+        kr[nt] = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
+      }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        // Keys past the sequence read key 0 and are zeroed: unconditional loads can all be issued up front.
-        const int64_t j = b * 32 + nt * 8 + g;
-        const bool kin = j < n_keys;
-        const float* kr = kv_row_of(kv, seq, kin ? j : 0, false) + int64_t(kvh_read) * D;
+        float2 ka[D / 16], kc[D / 16];
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          float2 a = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t),
-                 c = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
-          if (!kin) a = c = make_float2(0.0f, 0.0f);
+          ka[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t);
+          kc[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t + 8);
+        }
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const float2 a = ka[kk], c = kc[kk];
           uint32_t kh0, kl0, kh1, kl1;
           bf16_split2(a.x, a.y, kh0, kl0);
           bf16_split2(c.x, c.y, kh1, kl1);
@@ -146,35 +154,63 @@ __global__ void __launch_bounds__(kWarps * 32)
         auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
         const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
                                 bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
+        // Eight 8-column groups of values loaded at once, then their products.
 #pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
-          const int d = dn * 8 + g;
-          float v[4];
-          bool bad[4];
+        for (int d0 = 0; d0 < D / 8; d0 += 8) {
+          float vv[8][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
-            v[i] = vr[i][d];
-            if (!vin[i]) v[i] = 0.0f;
-            bad[i] = !isfinite(v[i]);
-            if (bad[i]) v[i] = 0.0f;
+          for (int dd = 0; dd < 8; ++dd)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) vv[dd][i] = vr[i][(d0 + dd) * 8 + g];
+          bool any_bad = false;
+#pragma unroll
+          for (int dd = 0; dd < 8; ++dd)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              vv[dd][i] = vin[i] ? vv[dd][i] : 0.0f;
+              any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
+            }
+          if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
+#pragma unroll
+            for (int dd = 0; dd < 8; ++dd) {
+              uint32_t vh0, vl0, vh1, vl1;
+              bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
+              bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
+              mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+              mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+              mma_m16n8k16(o[d0 + dd], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+            }
+            continue;
           }
-          uint32_t vh0, vl0, vh1, vl1;
-          bf16_split2(v[0], v[1], vh0, vl0);
-          bf16_split2(v[2], v[3], vh1, vl1);
-          mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-          mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-          mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-          // Per output: unmasked keys whose value is not finite (always computed: a branch here would keep the
-          // next columns' loads from being issued early).
-          float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
+          for (int dd = 0; dd < 8; ++dd) {
+            const int dn = d0 + dd;
+            float v[4];
+            bool bad[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
+              v[i] = vv[dd][i];
+              bad[i] = !isfinite(v[i]);
+              if (bad[i]) v[i] = 0.0f;
+            }
+            uint32_t vh0, vl0, vh1, vl1;
+            bf16_split2(v[0], v[1], vh0, vl0);
+            bf16_split2(v[2], v[3], vh1, vl1);
+            mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+            mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+            mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+            // Per output: unmasked keys whose value is not finite.
+            float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
+          }
         }
       }
     }
-    // Merge the warps' states in warp order: M = max m_w, L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M).
+    // Merge in warp order the warps that saw an unmasked key of the row (all of them if none did): M = max m_w,
+    // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A warp's part depends only on the row's own limit.
     if (t == 0)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
@@ -182,48 +218,48 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (threadIdx.x < 16) {
       const int m = threadIdx.x;
       float M = -INFINITY, L = 0.0f;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][m]);
+      int lead = -1;
+      for (int w = 0; w < kWarps; ++w) {
+        M = fmaxf(M, sm_m[w][m]);
+        if (lead < 0 && sm_m[w][m] != -INFINITY) lead = w;
+      }
       for (int w = 0; w < kWarps; ++w) {
         sm_f[w][m] = sm_m[w][m] == -INFINITY ? 0.0f : expf(sm_m[w][m] - M);
         L = __fadd_rn(L, __fmul_rn(sm_l[w][m], sm_f[w][m]));
       }
       sm_L[m] = L;
+      sm_first[m] = lead;
     }
     __syncthreads();
+    bool part[2];
+    int lead[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int m = g + 8 * hr;
+      part[hr] = sm_first[m] < 0 || sm_m[warp][m] != -INFINITY;
+      lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
+    }
     for (int w = 0; w < kWarps; ++w) {
-      if (warp == w)
+      if (warp == w && __any_sync(0xffffffffu, part[0] || part[1]))
 #pragma unroll
         for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
+            if (!part[e >> 1]) continue;
             const int m = g + 8 * (e >> 1), d = dn * 8 + 2 * t + (e & 1);
             const float v = __fmul_rn(o[dn][e], sm_f[w][m]);
-            sm_o[m][d] = w == 0 ? v : __fadd_rn(sm_o[m][d], v);
+            sm_o[m][d] = w == lead[e >> 1] ? v : __fadd_rn(sm_o[m][d], v);
           }
       __syncthreads();
     }
-    if (xs) {  // a thread per (M row, 32 columns): the same values, also split for the output product
-      for (int i = threadIdx.x; i < 16 * (D / 32); i += kWarps * 32) {
-        const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
-        const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
-        if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-        float y[32], v[32];
-#pragma unroll
-        for (int k = 0; k < 32; ++k) {
-          v[k] = y[k] = __fdiv_rn(sm_o[m][d0 + k], sm_L[m]);
-          if (TF_DCTL(143)) v[k] = sm_o[m][d0 + k];  // planted: the split taken before the division by L
-        }
-#pragma unroll
-        for (int k = 0; k < 32; ++k) out[r * n_head * D + col + k] = y[k];
-        split_group(v, r, col / 32, int64_t(n_head) * D, xs, xsum);
-      }
-    } else {
-      for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
-        const int m = i / D, d = i % D, e = m / G;
-        const int64_t r = row0 + e;
-        if (m < RT * G && r < n_rows && row_seq[r] == seq)
-          out[(r * n_head + int64_t(kvh) * G + m % G) * D + d] = __fdiv_rn(sm_o[m][d], sm_L[m]);
-      }
+    // A warp per (M row, 32 columns), lane k on column k: coalesced stores, and the split for the output product.
+    for (int i = warp; i < 16 * (D / 32); i += kWarps) {
+      const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
+      const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
+      if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
+      const float y = __fdiv_rn(sm_o[m][d0 + lane], sm_L[m]);
+      out[r * n_head * D + col + lane] = y;
+      if (xs) split_group_warp(TF_DCTL(143) ? sm_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
     }
     __syncthreads();
   }
