@@ -147,12 +147,14 @@ std::string check_cuda_gather() {
 std::string check_cuda_candidates() {
   std::mt19937 rng(94);
   const int64_t C = cuda::kCandidates;
-  for (int64_t V : {int64_t(49152), int64_t(1000), int64_t(100)}) {
+  for (int64_t V : {int64_t(128256), int64_t(49152), int64_t(1000), int64_t(100)}) {
     const int64_t rows = 7;
     std::vector<float> l = random_floats(size_t(rows * V), rng, 8.0f);
     for (int64_t i = 0; i < V; ++i)
       l[size_t(V + i)] = i < 600 ? 3.0f : -1.0f - std::fabs(l[size_t(V + i)]);  // row 1: ties across the cut
     for (int64_t i = 0; i < V; i += 3) l[size_t(2 * V + i)] = 5.0f;             // row 2: a tied maximum
+    for (int64_t i = 0; i < V; ++i)  // row 4: ties at the cut spread over every 4096-logit chunk
+      l[size_t(4 * V + i)] = i % 97 == 0 || i + 1 == V ? 6.0f : -1.0f - std::fabs(l[size_t(4 * V + i)]);
     std::vector<cuda::SampleRow> sp(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       sp[size_t(r)] = {r == 3 ? 0.0 : 0.5 + 0.25 * double(r), 1000 + uint64_t(r), 17 + r};
@@ -160,7 +162,8 @@ std::string check_cuda_candidates() {
     Buf<cuda::SampleRow> dsp(sp);
     std::vector<cuda::RowCandidatesDev> init(size_t(rows + 1));
     Buf<cuda::RowCandidatesDev> dout(init);
-    cuda::candidates(dl.p, rows, V, dsp.p, dout.p);
+    Buf<char> scratch(std::vector<char>(cuda::candidates_scratch_bytes(rows, V)));
+    cuda::candidates(dl.p, rows, V, dsp.p, dout.p, scratch.p);
     auto out = dout.get();
     for (int64_t r = 0; r < rows; ++r) {
       const float* x = l.data() + r * V;
@@ -202,7 +205,7 @@ std::string check_cuda_candidates() {
     }
     // Row invariance: each row alone gives the same bytes.
     for (int64_t r = 0; r < rows; ++r) {
-      cuda::candidates(dl.p + r * V, 1, V, dsp.p + r, dout.p + rows);
+      cuda::candidates(dl.p + r * V, 1, V, dsp.p + r, dout.p + rows, scratch.p);
       auto again = dout.get();
       if (std::memcmp(&again[size_t(rows)], &out[size_t(r)], offsetof(cuda::RowCandidatesDev, logit)) != 0)
         return fmt::format("V={} row {} differs when computed alone", V, r);

@@ -121,12 +121,16 @@ std::string llama_cuda_refusal(const GgufFile& f) {
     if (c.head_dim_k % 32 != 0 || c.head_dim_k > 256)
       return fmt::format("head size {} is not supported by the CUDA attention kernel (multiples of 32 up to 256)",
                          c.head_dim_k);
+    if (c.n_vocab > cuda::kMaxSampledVocab)
+      return fmt::format("a vocabulary of {} entries is larger than the CUDA sampler takes ({})", c.n_vocab,
+                         cuda::kMaxSampledVocab);
     const Plan plan = plan_tensors(f, c);
     // Weights that do not fit are refused here, so --backend auto can still run the model on the CPU.
     const cuda::DeviceInfo dev = cuda::device_info(0);
     if (plan.total + (size_t(1) << 28) > dev.free_bytes)
       return fmt::format("the weights need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
-                         double(plan.total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
+                         double(plan.total) / double(1ull << 30), dev.name,
+                         double(dev.free_bytes) / double(1ull << 30));
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -266,12 +270,22 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   const int64_t table = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
   const auto& c = cfg_;
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
-  const int64_t sizes[] = {R * E,         R * std::max(E, F), R * (Dq + 2 * kv_row_), R * kv_row_,
-                           R * kv_row_,   R * Dq,             R * E,                  R * 2 * F,
-                           R * F,         R * c.n_vocab,      R * std::max({E, F, Dq}), R * std::max({E, F, Dq}) / 32};
+  const int64_t sizes[] = {R * E,
+                           R * std::max(E, F),
+                           R * (Dq + 2 * kv_row_),
+                           R * kv_row_,
+                           R * kv_row_,
+                           R * Dq,
+                           R * E,
+                           R * 2 * F,
+                           R * F,
+                           R * c.n_vocab,
+                           R * std::max({E, F, Dq}),
+                           R * std::max({E, F, Dq}) / 32};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
-  total += align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
+  total +=
+      align_up(size_t(R) * sizeof(cuda::RowCandidatesDev)) + align_up(cuda::candidates_scratch_bytes(R, c.n_vocab));
   const size_t staging = align_up(size_t(4 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
                          align_up(size_t(R) * sizeof(cuda::SampleRow));
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
@@ -298,6 +312,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
     off += align_up(size_t(sizes[i]) * 4);
   }
   cand_ = static_cast<char*>(scratch_) + off;
+  cand_scratch_ = static_cast<char*>(cand_) + align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
 }
 
 }  // namespace tf

@@ -66,6 +66,7 @@ class LlamaCudaModel : public Model {
         *g_ = nullptr, *u_ = nullptr, *logits_ = nullptr;
   float *xs_ = nullptr, *xsum_ = nullptr;  // a norm's or SwiGLU's output split for the products that read it
   void* cand_ = nullptr;
+  void* cand_scratch_ = nullptr;
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;

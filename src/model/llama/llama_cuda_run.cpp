@@ -133,11 +133,11 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     cuda::SplitX pre_o;
     if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
       if (Dq % 64 == 0) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this one
-      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_,
-                          pre_o.xs, pre_o.xsum);
+      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_, pre_o.xs,
+                          pre_o.xsum);
     } else
-      cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale,
-                      width * page_size_, att_);
+      cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
+                      att_);
     // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
     if (Ly.bo) {
       cuda::gemv(Ly.wo, att_, n, o_, nullptr, pre_o);
@@ -163,7 +163,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
   cuda::rmsnorm(h_, output_norm_, m, E, c.rms_eps, o_);
   cuda::gemv(output_, o_, m, logits_);
-  if (sample) cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_));
+  if (sample)
+    cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_), cand_scratch_);
 }
 
 void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
