@@ -52,6 +52,20 @@ def test_logits_match_the_float64_reference(tf_bin, tiny, ids, tmp_path):
     assert (got.argmax(1) == ref.argmax(1))[clear].all()
 
 
+def test_scale_blocks_smaller_than_the_matrices(tf_bin, ids, tmp_path):
+    """weight_block_size 32: the FP8 matrices have several scale blocks each way, so the views of grouped rows
+    (wo_a) and the edge blocks address the scale grid past its first block."""
+    ck = tmp_path / "b32"
+    subprocess.run([sys.executable, str(ROOT / "tools/fixtures/gen_deepseek_v4.py"), "--out", str(ck), "--block", "32"],
+                   check=True, capture_output=True)
+    c = dsv4_reference.Checkpoint(str(ck))
+    assert c.t("layers.0.attn.wq_b.scale").shape[0] > 1 and c.t("layers.0.attn.wo_a.scale").shape[1] > 1
+    ref = dsv4_reference.Model(c).forward(ids[:60])
+    got = logits(tf_bin, ck, ids[:60], tmp_path).astype(np.float64)
+    rel = np.abs(got - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert rel.max() < 1e-4, f"worst position {rel.argmax()}: {rel.max():.3g}"
+
+
 @pytest.mark.parametrize("chunk", [1, 37, 200])
 def test_chunked_prefill_equals_the_full_forward(tf_bin, tiny, ids, tmp_path, chunk):
     full = logits(tf_bin, tiny, ids, tmp_path)

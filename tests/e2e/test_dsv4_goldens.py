@@ -38,6 +38,7 @@ def test_logits_match_transformers(tf_bin, tmp_path):
         assert rel.max() < 1e-4, f"chunk {chunk}: worst position {rel.argmax()}: {rel.max():.3g}"
         top2 = np.sort(full, axis=1)[:, -2:]
         clear = (top2[:, 1] - top2[:, 0]) > 1e-3 * np.abs(full).max(axis=1)
+        assert clear.mean() > 0.9  # the greedy check covers nearly every position
         assert (got.argmax(1) == full.argmax(1))[clear].all()
         for k in ("chunk1", "chunk37", "chunk200"):
             assert (got.argmax(1) == gold[k + "_argmax"])[clear].all(), k
