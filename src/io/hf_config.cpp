@@ -1,9 +1,8 @@
 #include "io/hf_config.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/error.h"
@@ -92,27 +91,30 @@ std::string JsonConfig::get_string(std::string_view key) const {
   fail("{} must be a string, found {}", key_path(key), v.dump());
 }
 
-std::vector<int64_t> JsonConfig::get_ints(std::string_view key) const {
-  const json& v = J(need(key));
-  if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (!v.is_array()) fail("{} must be a list of integers, found {}", key_path(key), v.dump());
-  std::vector<int64_t> out;
+namespace {
+
+// A list of T from a JSON array (or, with `scalar_ok`, one value), each element accepted by `is_t`.
+template <typename T>
+std::vector<T> json_list(const json& v, bool (json::*is_t)() const noexcept, bool scalar_ok, const std::string& path,
+                         const char* what) {
+  if (scalar_ok && (v.*is_t)()) return {v.get<T>()};
+  if (!v.is_array()) fail("{} must be a list of {}, found {}", path, what, v.dump());
+  std::vector<T> out;
   for (const json& e : v) {
-    if (!e.is_number_integer()) fail("{} must be a list of integers, found {}", key_path(key), e.dump());
-    out.push_back(e.get<int64_t>());
+    if (!(e.*is_t)()) fail("{} must be a list of {}, found {}", path, what, e.dump());
+    out.push_back(e.get<T>());
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<int64_t> JsonConfig::get_ints(std::string_view key) const {
+  return json_list<int64_t>(J(need(key)), &json::is_number_integer, true, key_path(key), "integers");
+}
+
 std::vector<double> JsonConfig::get_floats(std::string_view key) const {
-  const json& v = J(need(key));
-  if (!v.is_array()) fail("{} must be a list of numbers, found {}", key_path(key), v.dump());
-  std::vector<double> out;
-  for (const json& e : v) {
-    if (!e.is_number()) fail("{} must be a list of numbers, found {}", key_path(key), e.dump());
-    out.push_back(e.get<double>());
-  }
-  return out;
+  return json_list<double>(J(need(key)), &json::is_number, false, key_path(key), "numbers");
 }
 
 std::string JsonConfig::get_choice(std::string_view key, std::initializer_list<std::string_view> allowed) const {
@@ -129,9 +131,8 @@ JsonConfig JsonConfig::sub(std::string_view key) const {
   const json& v = J(need(key));
   if (!v.is_object()) fail("{} must be an object, found {}", key_path(key), v.dump());
   const auto colon = where_.find(": ");
-  const std::string where = colon == std::string::npos
-                                ? fmt::format("{}: {}", where_, key)
-                                : fmt::format("{}.{}", where_, key);
+  const std::string where =
+      colon == std::string::npos ? fmt::format("{}: {}", where_, key) : fmt::format("{}.{}", where_, key);
   return JsonConfig(root_, &v, where);
 }
 

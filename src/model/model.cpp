@@ -23,23 +23,30 @@ bool register_family(FamilyEntry e) {
 
 const std::vector<FamilyEntry>& families() { return registry(); }
 
+namespace {
+
+// The family listing `name` in its `names` field; else nullptr and `known` gets every listed name.
+const FamilyEntry* find_family(std::vector<std::string> FamilyEntry::*names, const std::string& name,
+                               std::string& known) {
+  for (auto& f : registry())
+    for (auto& n : f.*names) {
+      if (n == name) return &f;
+      known += (known.empty() ? "" : ", ") + n;
+    }
+  return nullptr;
+}
+
+}  // namespace
+
 const FamilyEntry& family_for_architecture(const std::string& arch) {
   std::string known;
-  for (auto& f : registry())
-    for (auto& a : f.architectures) {
-      if (a == arch) return f;
-      known += (known.empty() ? "" : ", ") + a;
-    }
+  if (const FamilyEntry* f = find_family(&FamilyEntry::architectures, arch, known)) return *f;
   fail("architecture '{}' is not supported (known: {})", arch, known);
 }
 
 const FamilyEntry& family_for_model_type(const std::string& model_type) {
   std::string known;
-  for (auto& f : registry())
-    for (auto& t : f.model_types) {
-      if (t == model_type) return f;
-      known += (known.empty() ? "" : ", ") + t;
-    }
+  if (const FamilyEntry* f = find_family(&FamilyEntry::model_types, model_type, known)) return *f;
   fail("config.json model_type '{}' is not supported (known: {})", model_type, known);
 }
 

@@ -1,11 +1,16 @@
-// Per-target body shared by the Highway kernel files (included inside their HWY_NAMESPACE after the D, V, DF16
-// aliases): the one accumulation loop that fixes every weight format's per-row arithmetic.
+// Per-target body shared by the Highway kernel files (included first inside their HWY_NAMESPACE, after the `hn`
+// alias): the lane layout and the one accumulation loop that fix every weight format's per-row arithmetic.
 #if defined(TF_DOT_ACCUMULATE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TF_DOT_ACCUMULATE_INL_H_
 #undef TF_DOT_ACCUMULATE_INL_H_
 #else
 #define TF_DOT_ACCUMULATE_INL_H_
 #endif
+
+// At most 8 float lanes, so AVX2 and AVX-512 machines share one lane layout (and so the same bits).
+using D = hn::CappedTag<float, 8>;
+using V = hn::Vec<D>;
+using DF16 = hn::Rebind<hwy::float16_t, D>;
 
 // Control ids planted in the shared accumulation loop of one format (0: none).
 struct Ctl {

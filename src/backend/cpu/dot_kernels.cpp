@@ -1,13 +1,14 @@
 // Highway runtime dispatch: this file is compiled once per SIMD target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/dot_kernels.cpp"
+#include "backend/cpu/dot_kernels.h"
+
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <cmath>
 #include <type_traits>
 
-#include "backend/cpu/dot_kernels.h"
 #include "backend/ctl.h"
 #include "base/scalar.h"
 #include "quant/ggml/dequant.h"
@@ -17,17 +18,13 @@ namespace tf::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// At most 8 float lanes, so AVX2 and AVX-512 machines share one lane layout (and so the same bits).
-using D = hn::CappedTag<float, 8>;
-using V = hn::Vec<D>;
+#include "backend/cpu/dot_accumulate-inl.h"
+
 using DI = hn::Rebind<int32_t, D>;
 using DU8 = hn::Rebind<uint8_t, D>;
 using DI8 = hn::Rebind<int8_t, D>;
 using DU16 = hn::Rebind<uint16_t, D>;
 using DU32 = hn::Rebind<uint32_t, D>;
-using DF16 = hn::Rebind<hwy::float16_t, D>;
-
-#include "backend/cpu/dot_accumulate-inl.h"
 
 HWY_INLINE V U8Nibbles(const uint8_t* p, bool high) {
   const DI di;
@@ -58,84 +55,109 @@ void WithFormat(GgmlType type, const uint8_t* w, int64_t n_in, const Visit& visi
   auto ptr = [&](int64_t b) { return b; };
   switch (type) {
     case GgmlType::F32:
-      return visit(B32{}, ptr, [&](int64_t b, int i) {
-        return hn::LoadU(d, reinterpret_cast<const float*>(w) + b * 32 + i);
-      }, Ctl{1, 2, 0, 0, 0}, n_in);
+      return visit(
+          B32{}, ptr, [&](int64_t b, int i) { return hn::LoadU(d, reinterpret_cast<const float*>(w) + b * 32 + i); },
+          Ctl{1, 2, 0, 0, 0}, n_in);
     case GgmlType::F16:
-      return visit(B32{}, ptr, [&](int64_t b, int i) {
-        return hn::PromoteTo(d, hn::LoadU(DF16(), reinterpret_cast<const hwy::float16_t*>(w) + b * 32 + i));
-      }, Ctl{0, 0, 3, 0, 4}, n_in);
+      return visit(
+          B32{}, ptr,
+          [&](int64_t b, int i) {
+            return hn::PromoteTo(d, hn::LoadU(DF16(), reinterpret_cast<const hwy::float16_t*>(w) + b * 32 + i));
+          },
+          Ctl{0, 0, 3, 0, 4}, n_in);
     case GgmlType::BF16:
-      return visit(B32{}, ptr, [&](int64_t b, int i) {
-        auto u = hn::PromoteTo(DU32(), hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(w) + b * 32 + i));
-        return hn::BitCast(d, hn::ShiftLeft<16>(u));
-      }, Ctl{0, 6, 0, 5, 0}, n_in);
+      return visit(
+          B32{}, ptr,
+          [&](int64_t b, int i) {
+            auto u = hn::PromoteTo(DU32(), hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(w) + b * 32 + i));
+            return hn::BitCast(d, hn::ShiftLeft<16>(u));
+          },
+          Ctl{0, 6, 0, 5, 0}, n_in);
     case GgmlType::Q4_0:
-      return visit(B32{}, [&](int64_t b) {
-        const uint8_t* blk = w + b * 18;
-        return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
-      }, [&](const ScaleMin& s, int i) {
-        bool high = i >= 16;
-        if (TF_CTL_ON(7)) high = !high;
-        auto q = hn::PromoteTo(di, hn::LoadU(DU8(), s.qs + (i & 15)));
-        q = high ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 15));
-        return hn::Mul(hn::ConvertTo(d, hn::Sub(q, hn::Set(di, 8))), s.d);
-      }, Ctl{8, 0, 0, 0, 0}, n_in);
+      return visit(
+          B32{},
+          [&](int64_t b) {
+            const uint8_t* blk = w + b * 18;
+            return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
+          },
+          [&](const ScaleMin& s, int i) {
+            bool high = i >= 16;
+            if (TF_CTL_ON(7)) high = !high;
+            auto q = hn::PromoteTo(di, hn::LoadU(DU8(), s.qs + (i & 15)));
+            q = high ? hn::ShiftRight<4>(q) : hn::And(q, hn::Set(di, 15));
+            return hn::Mul(hn::ConvertTo(d, hn::Sub(q, hn::Set(di, 8))), s.d);
+          },
+          Ctl{8, 0, 0, 0, 0}, n_in);
     case GgmlType::Q4_1:
-      return visit(B32{}, [&](int64_t b) {
-        const uint8_t* blk = w + b * 20;
-        return ScaleMin{hn::Set(d, F16(blk)), hn::Set(d, TF_CTL_ON(9) ? 0.0f : F16(blk + 2)), blk + 4};
-      }, [&](const ScaleMin& s, int i) {
-        return hn::Add(hn::Mul(U8Nibbles(s.qs + (i & 15), i >= 16), s.d), s.m);
-      }, Ctl{0, 0, 10, 0, 0}, n_in);
+      return visit(
+          B32{},
+          [&](int64_t b) {
+            const uint8_t* blk = w + b * 20;
+            return ScaleMin{hn::Set(d, F16(blk)), hn::Set(d, TF_CTL_ON(9) ? 0.0f : F16(blk + 2)), blk + 4};
+          },
+          [&](const ScaleMin& s, int i) { return hn::Add(hn::Mul(U8Nibbles(s.qs + (i & 15), i >= 16), s.d), s.m); },
+          Ctl{0, 0, 10, 0, 0}, n_in);
     case GgmlType::Q8_0:
-      return visit(B32{}, [&](int64_t b) {
-        const uint8_t* blk = w + b * 34;
-        return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
-      }, [&](const ScaleMin& s, int i) {
-        hn::Vec<DI> q = TF_CTL_ON(11) ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), s.qs + i)))
-                                      : hn::PromoteTo(di, hn::LoadU(DI8(), reinterpret_cast<const int8_t*>(s.qs + i)));
-        return hn::Mul(hn::ConvertTo(d, q), s.d);
-      }, Ctl{0, 0, 0, 12, 0}, n_in);
+      return visit(
+          B32{},
+          [&](int64_t b) {
+            const uint8_t* blk = w + b * 34;
+            return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
+          },
+          [&](const ScaleMin& s, int i) {
+            hn::Vec<DI> q = TF_CTL_ON(11)
+                                ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), s.qs + i)))
+                                : hn::PromoteTo(di, hn::LoadU(DI8(), reinterpret_cast<const int8_t*>(s.qs + i)));
+            return hn::Mul(hn::ConvertTo(d, q), s.d);
+          },
+          Ctl{0, 0, 0, 12, 0}, n_in);
     case GgmlType::Q4_K:
-      return visit(B256{}, [&](int64_t b) {
-        const uint8_t* blk = w + b * 144;
-        KBlock k;
-        const float dd = F16(blk), dm = F16(blk + 2);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, mn;
-          quant::q4k_scale_min(blk + 4, TF_CTL_ON(13) ? (s & 3) : s, sc, mn);
-          k.a[s] = dd * float(sc);
-          k.a[8 + s] = dm * float(mn);
-        }
-        k.p = blk + 16;
-        return k;
-      }, [&](const KBlock& k, int i) {
-        const int s = i >> 5;
-        V q = U8Nibbles(k.p + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
-        return hn::Sub(hn::Mul(q, hn::Set(d, k.a[s])), hn::Set(d, k.a[8 + s]));
-      }, Ctl{0, 0, 0, 0, 14}, n_in);
+      return visit(
+          B256{},
+          [&](int64_t b) {
+            const uint8_t* blk = w + b * 144;
+            KBlock k;
+            const float dd = F16(blk), dm = F16(blk + 2);
+            for (int s = 0; s < 8; ++s) {
+              uint8_t sc, mn;
+              quant::q4k_scale_min(blk + 4, TF_CTL_ON(13) ? (s & 3) : s, sc, mn);
+              k.a[s] = dd * float(sc);
+              k.a[8 + s] = dm * float(mn);
+            }
+            k.p = blk + 16;
+            return k;
+          },
+          [&](const KBlock& k, int i) {
+            const int s = i >> 5;
+            V q = U8Nibbles(k.p + 32 * (s >> 1) + (i & 31), (s & 1) != 0);
+            return hn::Sub(hn::Mul(q, hn::Set(d, k.a[s])), hn::Set(d, k.a[8 + s]));
+          },
+          Ctl{0, 0, 0, 0, 14}, n_in);
     case GgmlType::Q6_K:
-      return visit(B256{}, [&](int64_t b) {
-        const uint8_t* blk = w + b * 210;
-        KBlock k;
-        const float dd = F16(blk + 208);
-        for (int s = 0; s < 16; ++s) {
-          int sc = reinterpret_cast<const int8_t*>(blk + 192)[s];
-          if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
-          k.a[s] = dd * float(sc);
-        }
-        k.p = blk;
-        return k;
-      }, [&](const KBlock& k, int i) {
-        const int n = i >> 7, g = (i >> 5) & 3, l = i & 31, s = i >> 4;
-        auto ql = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 64 * n + 32 * (g & 1) + l));
-        auto nib = g < 2 ? hn::And(ql, hn::Set(di, 15)) : hn::ShiftRight<4>(ql);
-        auto qh = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 128 + 32 * n + l));
-        qh = hn::And(hn::ShiftRightSame(qh, 2 * g), hn::Set(di, 3));
-        auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(qh)), hn::Set(di, 32));
-        return hn::Mul(hn::Set(d, k.a[s]), hn::ConvertTo(d, q));
-      }, Ctl{0, 16, 0, 0, 0}, n_in);
+      return visit(
+          B256{},
+          [&](int64_t b) {
+            const uint8_t* blk = w + b * 210;
+            KBlock k;
+            const float dd = F16(blk + 208);
+            for (int s = 0; s < 16; ++s) {
+              int sc = reinterpret_cast<const int8_t*>(blk + 192)[s];
+              if (TF_CTL_ON(15)) sc = sc < 0 ? -sc : sc;
+              k.a[s] = dd * float(sc);
+            }
+            k.p = blk;
+            return k;
+          },
+          [&](const KBlock& k, int i) {
+            const int n = i >> 7, g = (i >> 5) & 3, l = i & 31, s = i >> 4;
+            auto ql = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 64 * n + 32 * (g & 1) + l));
+            auto nib = g < 2 ? hn::And(ql, hn::Set(di, 15)) : hn::ShiftRight<4>(ql);
+            auto qh = hn::PromoteTo(di, hn::LoadU(DU8(), k.p + 128 + 32 * n + l));
+            qh = hn::And(hn::ShiftRightSame(qh, 2 * g), hn::Set(di, 3));
+            auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(qh)), hn::Set(di, 32));
+            return hn::Mul(hn::Set(d, k.a[s]), hn::ConvertTo(d, q));
+          },
+          Ctl{0, 16, 0, 0, 0}, n_in);
     default: {
       // Formats without a direct kernel: the codec's exact block decode into a small aligned buffer.
       auto info = ggml_type_info(uint32_t(type));
@@ -180,10 +202,14 @@ void DotDecodedTile(GgmlType type, const float* buf, int64_t n_in, const float* 
     auto id = [](int64_t b) { return b; };
     auto load = [&](int64_t b, int i) { return hn::LoadU(D(), buf + b * B + i); };
     switch (nr) {
-      case 1: return Accumulate<1, B>(nin, id, load, x, xs, out, os, ctl);
-      case 2: return Accumulate<2, B>(nin, id, load, x, xs, out, os, ctl);
-      case 3: return Accumulate<3, B>(nin, id, load, x, xs, out, os, ctl);
-      default: return Accumulate<4, B>(nin, id, load, x, xs, out, os, ctl);
+      case 1:
+        return Accumulate<1, B>(nin, id, load, x, xs, out, os, ctl);
+      case 2:
+        return Accumulate<2, B>(nin, id, load, x, xs, out, os, ctl);
+      case 3:
+        return Accumulate<3, B>(nin, id, load, x, xs, out, os, ctl);
+      default:
+        return Accumulate<4, B>(nin, id, load, x, xs, out, os, ctl);
     }
   });
 }
@@ -191,10 +217,14 @@ void DotDecodedTile(GgmlType type, const float* buf, int64_t n_in, const float* 
 void DotTile(GgmlType type, const uint8_t* w, int64_t n_in, const float* x, int64_t xs, int nr, float* out,
              int64_t os) {
   switch (nr) {
-    case 1: return DotFormat<1>(type, w, n_in, x, xs, out, os);
-    case 2: return DotFormat<2>(type, w, n_in, x, xs, out, os);
-    case 3: return DotFormat<3>(type, w, n_in, x, xs, out, os);
-    default: return DotFormat<4>(type, w, n_in, x, xs, out, os);
+    case 1:
+      return DotFormat<1>(type, w, n_in, x, xs, out, os);
+    case 2:
+      return DotFormat<2>(type, w, n_in, x, xs, out, os);
+    case 3:
+      return DotFormat<3>(type, w, n_in, x, xs, out, os);
+    default:
+      return DotFormat<4>(type, w, n_in, x, xs, out, os);
   }
 }
 
@@ -224,8 +254,14 @@ void dot_tile(GgmlType type, const uint8_t* wrow, int64_t n_in, const float* x, 
 
 bool dot_has_direct_kernel(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
-    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K:
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
       return true;
     default:
       return false;

@@ -1,13 +1,14 @@
 // Highway runtime dispatch: this file is compiled once per SIMD target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/dot_scaled.cpp"
+#include "backend/cpu/dot_scaled.h"
+
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/dot_scaled.h"
 #include "backend/ctl.h"
 #include "base/scalar.h"
 
@@ -15,10 +16,6 @@ HWY_BEFORE_NAMESPACE();
 namespace tf::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using D = hn::CappedTag<float, 8>;
-using V = hn::Vec<D>;
-using DF16 = hn::Rebind<hwy::float16_t, D>;
 
 #include "backend/cpu/dot_accumulate-inl.h"
 
@@ -63,7 +60,7 @@ void DotScaledN(const ScaledRow& w, int64_t n_in, const float* x, int64_t xs, fl
     return b;
   };
   auto chunk = [&](int64_t, int i) { return hn::Load(D(), buf + i); };
-  const Ctl ctl = w.kind == quant::ScaledKind::Mxfp4 ? Ctl{63, 0, 0, 0, 0}
+  const Ctl ctl = w.kind == quant::ScaledKind::Mxfp4    ? Ctl{63, 0, 0, 0, 0}
                   : w.kind == quant::ScaledKind::Fp8F32 ? Ctl{0, 0, 65, 0, 0}
                                                         : Ctl{0, 0, 0, 0, 0};
   Accumulate<NR, 32>(n_in, prep, chunk, x, xs, out, os, ctl);
@@ -71,10 +68,14 @@ void DotScaledN(const ScaledRow& w, int64_t n_in, const float* x, int64_t xs, fl
 
 void DotScaled(const ScaledRow& w, int64_t n_in, const float* x, int64_t xs, int nr, float* out, int64_t os) {
   switch (nr) {
-    case 1: return DotScaledN<1>(w, n_in, x, xs, out, os);
-    case 2: return DotScaledN<2>(w, n_in, x, xs, out, os);
-    case 3: return DotScaledN<3>(w, n_in, x, xs, out, os);
-    default: return DotScaledN<4>(w, n_in, x, xs, out, os);
+    case 1:
+      return DotScaledN<1>(w, n_in, x, xs, out, os);
+    case 2:
+      return DotScaledN<2>(w, n_in, x, xs, out, os);
+    case 3:
+      return DotScaledN<3>(w, n_in, x, xs, out, os);
+    default:
+      return DotScaledN<4>(w, n_in, x, xs, out, os);
   }
 }
 
