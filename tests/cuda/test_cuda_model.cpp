@@ -7,13 +7,17 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../unit/gguf_builder.h"
 #include "../unit/model_rows_check.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_sample.h"
 #include "base/error.h"
 #include "engine/direct.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
+#include "io/gguf.h"
+#include "model/llama/llama_cuda.h"
 
 namespace tf {
 namespace {
@@ -133,6 +137,25 @@ TEST(CudaModel, RefusesWhatItCannotRun) {
     EXPECT_NE(what.find("KV pool"), std::string::npos) << what;
     EXPECT_NE(what.find("--parallel"), std::string::npos) << what;
   }
+}
+
+TEST(CudaModel, RefusesAVocabularyTheSamplerCannotTake) {
+  // Metadata only: the vocabulary is checked before any tensor, and refused naming its size and the limit.
+  GgufBuilder g;
+  g.header(0, 9);
+  g.kv_string("general.architecture", "llama");
+  g.kv_u32("llama.embedding_length", 64);
+  g.kv_u32("llama.block_count", 1);
+  g.kv_u32("llama.feed_forward_length", 128);
+  g.kv_u32("llama.attention.head_count", 1);
+  g.kv_u32("llama.attention.head_count_kv", 1);
+  g.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  g.kv_u32("llama.vocab_size", uint32_t(cuda::kMaxSampledVocab + 1));
+  g.kv_u32("general.alignment", 32);
+  g.align();
+  GgufFile f(g.write("big_vocab.gguf"));
+  const std::string why = llama_cuda_refusal(f);
+  EXPECT_NE(why.find("a vocabulary of 819201 entries"), std::string::npos) << why;
 }
 
 TEST(CudaModel, RefusesWeightsLargerThanTheFreeMemory) {

@@ -32,6 +32,11 @@ struct GgufBuilder {
     put<uint32_t>(4);
     put<uint32_t>(v);
   }
+  void kv_f32(const std::string& k, float v) {
+    str(k);
+    put<uint32_t>(6);
+    put<float>(v);
+  }
   void tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint64_t offset) {
     str(name);
     put<uint32_t>(uint32_t(ne.size()));
