@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_sample.h"
@@ -286,6 +287,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total +=
       align_up(size_t(R) * sizeof(cuda::RowCandidatesDev)) + align_up(cuda::candidates_scratch_bytes(R, c.n_vocab));
+  total += align_up(cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, kCudaMaxContext));
   const size_t staging = align_up(size_t(4 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
                          align_up(size_t(R) * sizeof(cuda::SampleRow));
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
@@ -313,6 +315,8 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   }
   cand_ = static_cast<char*>(scratch_) + off;
   cand_scratch_ = static_cast<char*>(cand_) + align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
+  att_part_ = reinterpret_cast<float*>(static_cast<char*>(cand_scratch_) +
+                                       align_up(cuda::candidates_scratch_bytes(R, c.n_vocab)));
 }
 
 }  // namespace tf
