@@ -89,7 +89,14 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
-  if (mma) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
+  if (mma) {  // the whole batch walked in-block (no partials) gives the same bits as its chunk-parallel run
+    std::vector<float> walked(out.size());
+    cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
+    cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
+    if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
+      why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
+  }
+  if (mma && why.empty()) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;

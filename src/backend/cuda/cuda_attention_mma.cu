@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     int64_t n_keys = 0;
     for (int e = first; e < RT && row0 + e < n_rows; ++e)
       if (row_seq[row0 + e] == seq) n_keys = max(n_keys, int64_t(pos[row0 + e]) + 1 + (TF_DCTL(141) ? 1 : 0));
-    const int64_t n_chunks = (n_keys + kChunkKeys - 1) / kChunkKeys;
+    const int64_t n_chunks = n_keys > 0 ? (n_keys + kChunkKeys - 1) / kChunkKeys : 1;  // a pass always folds chunk 0
     if (part && int64_t(blockIdx.z) >= n_chunks) continue;  // this block's chunk holds none of the pass's keys
     int64_t lim[2];  // per M row of this lane: keys allowed (0: row not in the pass)
     uint32_t qh[D / 16][4], ql[D / 16][4];

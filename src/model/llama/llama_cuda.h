@@ -70,7 +70,9 @@ class LlamaCudaModel : public Model {
   float *xs_ = nullptr, *xsum_ = nullptr;  // a norm's or SwiGLU's output split for the products that read it
   void* cand_ = nullptr;
   void* cand_scratch_ = nullptr;
-  float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, the longest context)
+  float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, att_keys_ keys)
+  size_t att_part_bytes_ = 0;
+  int64_t att_keys_ = 0;
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;
