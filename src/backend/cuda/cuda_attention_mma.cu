@@ -25,6 +25,7 @@ template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum) {
+  grid_wait();
   __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16];
   __shared__ int sm_first[16];
   __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
@@ -282,11 +283,11 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   const int64_t rt = 16 / (n_head / n_kv_head);
   const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head));
   if (head_dim == 64)
-    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
+    launch_k(attention_mma_kernel<64>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
   else
-    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
+    launch_k(attention_mma_kernel<128>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
 }
