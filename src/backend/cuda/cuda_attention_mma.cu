@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
+  grid_wait();
   __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16], sm_M[16];
   __shared__ int sm_first[16];
   __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
@@ -332,6 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int D>
 __global__ void __launch_bounds__(128) attention_combine_kernel(const float* part, int64_t n_rows, const int32_t* pos,
                                                                 int n_head, float* out, uint4* xs, float* xsum) {
+  grid_wait();
   const int lane = threadIdx.x & 31, groups = D / 32;
   const int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (task >= n_rows * n_head * groups) return;
@@ -379,18 +381,18 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
   auto* x4 = static_cast<uint4*>(xs);
   if (head_dim == 64)
-    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part);
+    launch_k(attention_mma_kernel<64>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, x4, xsum, part);
   else
-    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part);
+    launch_k(attention_mma_kernel<128>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, x4, xsum, part);
   if (parallel) {
     const int64_t warps = n_rows * n_head * (head_dim / 32);
     const unsigned blocks = unsigned((warps + 3) / 4);
     if (head_dim == 64)
-      attention_combine_kernel<64><<<blocks, 128, 0, launch_stream()>>>(part, n_rows, pos, int(n_head), out, x4, xsum);
+      launch_k(attention_combine_kernel<64>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
     else
-      attention_combine_kernel<128><<<blocks, 128, 0, launch_stream()>>>(part, n_rows, pos, int(n_head), out, x4, xsum);
+      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
