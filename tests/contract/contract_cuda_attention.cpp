@@ -21,7 +21,7 @@ T* upload(const std::vector<T>& h) {
 // those of the product's own split.
 std::string check_split_output(const float* dq, int64_t qs, int64_t rows, const int32_t* dpos, const int32_t* dseq,
                                const cuda::PagedKv& kv, int64_t nh, int64_t nkv, int64_t hd, float scale,
-                               const std::vector<float>& out, std::mt19937& rng) {
+                               const std::vector<float>& out, std::mt19937& rng, const cuda::AttnChunks& chunks) {
   const int64_t n = nh * hd, O = 16;
   if (n % 64 != 0) return {};
   auto wb = random_weight(GgmlType::Q8_0, n, O, rng);
@@ -32,7 +32,7 @@ std::string check_split_output(const float* dq, int64_t qs, int64_t rows, const 
   float* xsum = static_cast<float*>(cuda::device_alloc(size_t(rows * n / 32) * 4));
   float* ya = static_cast<float*>(cuda::device_alloc(size_t(rows * O) * 4));
   float* yb = static_cast<float*>(cuda::device_alloc(size_t(rows * O) * 4));
-  cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, o2, xs, xsum);
+  cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, o2, xs, xsum, chunks);
   std::vector<float> got(out.size()), a(size_t(rows * O)), b(a.size());
   cuda::copy_to_host(got.data(), o2, got.size() * 4);
   cuda::gemv(m, o2, rows, ya);
@@ -72,9 +72,16 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   int32_t *dtable = upload(table), *dpos = upload(pos), *dseq = upload(seq);
   float* dout = static_cast<float*>(cuda::device_alloc(size_t(rows * nh * hd) * 4));
   cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
+  // Up to 32 rows over several 256-key chunks run a block per chunk and the combine kernel; more rows walk the
+  // chunks in one block. The 37-row chunk below against its rows alone compares the two.
+  const int64_t chunk_rows = 32, key_cap = max_pages * P;
+  const size_t part_bytes = cuda::attention_chunk_bytes(chunk_rows, nh, hd, key_cap);
+  float* dpart = static_cast<float*>(cuda::device_alloc(part_bytes));
+  const cuda::AttnChunks chunks{dpart, chunk_rows, (key_cap + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys,
+                                key_cap};
   auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
     if (mma)
-      cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout);
+      cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout, nullptr, nullptr, chunks);
     else
       cuda::attention(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, max_keys, dout);
   };
@@ -82,7 +89,14 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
-  if (mma) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng);
+  if (mma) {  // the whole batch walked in-block (no partials) gives the same bits as its chunk-parallel run
+    std::vector<float> walked(out.size());
+    cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
+    cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
+    if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
+      why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
+  }
+  if (mma && why.empty()) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
@@ -96,8 +110,9 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
         // Tensor cores: scores off by max_s (4 * 2^-16 + 3 hd 2^-22) (splits, lo x lo dropped, mma sums), which
         // moves each p_j by twice that; P V splits and mma sums; the warps' merge.
         const double bound =
-            mma ? ref_head.mag[size_t(i)] * (2 * ref_head.max_s * (4 * 0x1.0p-16 + 3 * double(hd) * 0x1.0p-22) +
-                                             6 * 0x1.0p-16 + (double(nk) / 16 + 16) * 0x1.0p-22 + 16 * kU)
+            mma ? ref_head.mag[size_t(i)] *
+                      (2 * ref_head.max_s * (4 * 0x1.0p-16 + 3 * double(hd) * 0x1.0p-22) + 6 * 0x1.0p-16 +
+                       (double(nk) / 16 + 16) * 0x1.0p-22 + (16 + 3 * std::ceil(double(nk) / 256)) * kU)
                 : ref_head.bound[size_t(i)];
         if (!std::isfinite(ref) ? !std::isnan(got) : !(std::fabs(got - ref) <= bound)) {
           why = fmt::format("hd {} pos {} head {} [{}]: {} vs {}", hd, pos[size_t(r)], h, i, got, ref);
@@ -112,8 +127,9 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
         why = fmt::format("hd {}: row at pos {} differs when computed alone", hd, pos[size_t(r)]);
     }
   }
-  for (void* p : {static_cast<void*>(dpool), static_cast<void*>(dq), static_cast<void*>(dtable),
-                  static_cast<void*>(dpos), static_cast<void*>(dseq), static_cast<void*>(dout)})
+  for (void* p :
+       {static_cast<void*>(dpool), static_cast<void*>(dq), static_cast<void*>(dtable), static_cast<void*>(dpos),
+        static_cast<void*>(dseq), static_cast<void*>(dout), static_cast<void*>(dpart)})
     cuda::device_free(p);
   return why;
 }

@@ -15,12 +15,12 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
 
-
 // One block per (row, head): warps split keys by absolute position and partials add in warp order, so no row's bits
 // depend on the other rows.
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* q, int64_t q_stride, const int32_t* pos, const int32_t* row_seq, PagedKv kv,
                      int64_t n_head, int64_t n_kv_head, int hd, float scale, float* out) {
+  grid_wait();
   extern __shared__ float scores[];
   __shared__ double red[kThreads];
   __shared__ float part[kWarps][kMaxHeadDim];
@@ -104,8 +104,8 @@ void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* 
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     granted = shared;
   }
-  attention_kernel<<<unsigned(n_rows * n_head), kThreads, shared, launch_stream()>>>(
-      q, q_stride, pos, row_seq, kv, n_head, n_kv_head, int(head_dim), scale, out);
+  launch_k(attention_kernel, unsigned(n_rows * n_head), kThreads, shared, q, q_stride, pos, row_seq, kv, n_head,
+           n_kv_head, int(head_dim), scale, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace tf::cuda {
@@ -21,12 +22,23 @@ void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* 
                float* out);
 
 // The same attention on tensor cores (head size 64 or 128, up to 16 query heads per KV head), for every row count:
-// tiles of 16 (row, head) pairs of one KV head, keys in 32-key blocks owned by warp (block mod 8), online softmax,
-// Q K^T and P V as bf16 hi/lo products (lo x lo dropped), warps merged in order. No row's bits depend on the others.
+// tiles of 16 (row, head) pairs of one KV head, keys in 256-key chunks of eight 32-key blocks (one per warp), Q K^T
+// and P V as bf16 hi/lo products (lo x lo dropped), a chunk's warps merged in order, the chunks folded in order. No
+// row's bits depend on the others.
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head);
+// Device scratch for chunk-parallel attention: each chunk's (m, l, o) per (row, head), [chunk][row][head][D + 2].
+// Up to max_rows rows whose keys (max_keys: any row's count this call) span several 256-key chunks get a block per
+// chunk and a combine kernel; the bits are those of the in-block walk.
+constexpr int64_t kAttnChunkKeys = 256;
+struct AttnChunks {
+  float* part = nullptr;
+  int64_t max_rows = 0, max_chunks = 0, max_keys = 0;
+};
+size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
+
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                    const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
-                   void* xs = nullptr, float* xsum = nullptr);
+                   void* xs = nullptr, float* xsum = nullptr, const AttnChunks& chunks = {});
 
 }  // namespace tf::cuda

@@ -17,17 +17,38 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int64_t kChunkKeys = kAttnChunkKeys;  // one 32-key block per warp
+static_assert(kChunkKeys == kWarps * 32);
+
+// A chunk's (m, l, o) folded into the running state in chunk order: the same two functions in the in-block pass and
+// the combine kernel, so both give the same bits.
+struct FoldW {
+  float a, b, m;
+};
+__device__ __forceinline__ FoldW fold_weights(float run_m, float m) {
+  const float mx = fmaxf(run_m, m);
+  return {expf(run_m - mx), expf(m - mx), mx};
+}
+__device__ __forceinline__ float fold_value(float run, float v, const FoldW& w) {
+  return __fadd_rn(__fmul_rn(run, w.a), __fmul_rn(v, w.b));
+}
 
 // One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
-// sequences in a tile are taken in separate passes. Warp w owns the key blocks b = w mod 8; its state is merged with
-// the others' in warp order. A row's bits depend only on its own query, keys and position.
+// sequences in a tile are taken in separate passes. Keys come in chunks of 256 at absolute positions, warp w taking
+// the chunk's 32-key block w; a chunk's warps are merged in warp order, then the chunks folded in chunk order: here
+// one after another (part null), or each chunk in its own block (blockIdx.z), parked in `part` for the combine
+// kernel. A row's bits depend only on its own query, keys and position.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum) {
-  __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16];
+                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
+                         float* part) {
+  grid_wait();
+  __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16], sm_M[16];
   __shared__ int sm_first[16];
   __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
+  __shared__ float run_m[16], run_l[16], run_a[16], run_b[16], run_o[16][D + 4];
+  __shared__ bool run_take[16];
   const int G = n_head / n_kv_head, RT = 16 / G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * RT;
@@ -44,6 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     int64_t n_keys = 0;
     for (int e = first; e < RT && row0 + e < n_rows; ++e)
       if (row_seq[row0 + e] == seq) n_keys = max(n_keys, int64_t(pos[row0 + e]) + 1 + (TF_DCTL(141) ? 1 : 0));
+    const int64_t n_chunks = n_keys > 0 ? (n_keys + kChunkKeys - 1) / kChunkKeys : 1;  // a pass always folds chunk 0
+    if (part && int64_t(blockIdx.z) >= n_chunks) continue;  // this block's chunk holds none of the pass's keys
     int64_t lim[2];  // per M row of this lane: keys allowed (0: row not in the pass)
     uint32_t qh[D / 16][4], ql[D / 16][4];
 #pragma unroll
@@ -63,206 +86,274 @@ __global__ void __launch_bounds__(kWarps * 32)
         bf16_split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
       }
     }
-    float o[D / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+    const int64_t c_first = part ? int64_t(blockIdx.z) : 0, c_end = part ? c_first + 1 : n_chunks;
+    for (int64_t c = c_first; c < c_end; ++c) {
+      float o[D / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-    for (int64_t b = warp; b * 32 < n_keys; b += kWarps) {
-      float s[4][4];
-      // Keys past the sequence read key 0 (their scores are masked below, whatever they hold). The four row
-      // addresses first, then each 8-key tile's whole row loaded before its products: one wait per tile.
-      const float* kr[4];
+      for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+      const int64_t b = c * kWarps + warp;
+      if (b * 32 < n_keys) {
+        float s[4][4];
+        // Keys past the sequence read key 0 (their scores are masked below, whatever they hold). The four row
+        // addresses first, then each 8-key tile's whole row loaded before its products: one wait per tile.
+        const float* kr[4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int64_t j = b * 32 + nt * 8 + g;
-        kr[nt] = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        float2 ka[D / 16], kc[D / 16];
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          ka[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t);
-          kc[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t + 8);
+        for (int nt = 0; nt < 4; ++nt) {
+          const int64_t j = b * 32 + nt * 8 + g;
+          kr[nt] = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
         }
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const float2 a = ka[kk], c = kc[kk];
-          uint32_t kh0, kl0, kh1, kl1;
-          bf16_split2(a.x, a.y, kh0, kl0);
-          bf16_split2(c.x, c.y, kh1, kl1);
-          mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
-          mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
-          mma_m16n8k16(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
-        }
-      }
-      // Scaled, causally masked scores; the block's row maxima and the running state's rescale.
-      float bmax[2] = {-INFINITY, -INFINITY};
+        for (int nt = 0; nt < 4; ++nt) {
+          s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+          float2 ka[D / 16], kc[D / 16];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t j = b * 32 + nt * 8 + 2 * t + (e & 1);
-          s[nt][e] = j < lim[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
-          bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
-        }
-      float alpha[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
-        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
-        const float mn = fmaxf(mrun[hr], bmax[hr]);
-        alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
-        mrun[hr] = mn;
-      }
-      float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
-          rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
-        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
-        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
-        lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
-      }
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[dn][e] = __fmul_rn(o[dn][e], alpha[e >> 1]);
-          // P (as the A operand, keys along k) times V, 16 keys per step.
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        uint32_t ph[4], pl[4];
-        bf16_split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-        bf16_split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-        bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-        bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-        const int64_t j0 = b * 32 + 16 * kk + 2 * t;
-        const float* vr[4];
-        bool vin[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
-          vin[i] = j < n_keys;
-          vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
-        }
-        // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a row.
-        auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
-        const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
-                                bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
-        // Eight 8-column groups of values loaded at once, then their products.
-#pragma unroll
-        for (int d0 = 0; d0 < D / 8; d0 += 8) {
-          float vv[8][4];
-#pragma unroll
-          for (int dd = 0; dd < 8; ++dd)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) vv[dd][i] = vr[i][(d0 + dd) * 8 + g];
-          bool any_bad = false;
-#pragma unroll
-          for (int dd = 0; dd < 8; ++dd)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              vv[dd][i] = vin[i] ? vv[dd][i] : 0.0f;
-              any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
-            }
-          if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
-#pragma unroll
-            for (int dd = 0; dd < 8; ++dd) {
-              uint32_t vh0, vl0, vh1, vl1;
-              bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
-              bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
-              mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-              mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-              mma_m16n8k16(o[d0 + dd], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-            }
-            continue;
+          for (int kk = 0; kk < D / 16; ++kk) {
+            ka[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t);
+            kc[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t + 8);
           }
 #pragma unroll
-          for (int dd = 0; dd < 8; ++dd) {
-            const int dn = d0 + dd;
-            float v[4];
-            bool bad[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
-              v[i] = vv[dd][i];
-              bad[i] = !isfinite(v[i]);
-              if (bad[i]) v[i] = 0.0f;
-            }
-            uint32_t vh0, vl0, vh1, vl1;
-            bf16_split2(v[0], v[1], vh0, vl0);
-            bf16_split2(v[2], v[3], vh1, vl1);
-            mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-            mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-            mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-            // Per output: unmasked keys whose value is not finite.
-            float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            const float2 a = ka[kk], c = kc[kk];
+            uint32_t kh0, kl0, kh1, kl1;
+            bf16_split2(a.x, a.y, kh0, kl0);
+            bf16_split2(c.x, c.y, kh1, kl1);
+            mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
+            mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
+            mma_m16n8k16(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
           }
         }
-      }
-    }
-    // Merge in warp order the warps that saw an unmasked key of the row (all of them if none did): M = max m_w,
-    // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A warp's part depends only on the row's own limit.
-    if (t == 0)
+        // Scaled, causally masked scores; the block's row maxima and the running state's rescale.
+        float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
-    __syncthreads();
-    if (threadIdx.x < 16) {
-      const int m = threadIdx.x;
-      float M = -INFINITY, L = 0.0f;
-      int lead = -1;
-      for (int w = 0; w < kWarps; ++w) {
-        M = fmaxf(M, sm_m[w][m]);
-        if (lead < 0 && sm_m[w][m] != -INFINITY) lead = w;
-      }
-      for (int w = 0; w < kWarps; ++w) {
-        sm_f[w][m] = sm_m[w][m] == -INFINITY ? 0.0f : expf(sm_m[w][m] - M);
-        L = __fadd_rn(L, __fmul_rn(sm_l[w][m], sm_f[w][m]));
-      }
-      sm_L[m] = L;
-      sm_first[m] = lead;
-    }
-    __syncthreads();
-    bool part[2];
-    int lead[2];
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int m = g + 8 * hr;
-      part[hr] = sm_first[m] < 0 || sm_m[warp][m] != -INFINITY;
-      lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
-    }
-    for (int w = 0; w < kWarps; ++w) {
-      if (warp == w && __any_sync(0xffffffffu, part[0] || part[1]))
+          for (int e = 0; e < 4; ++e) {
+            const int64_t j = b * 32 + nt * 8 + 2 * t + (e & 1);
+            s[nt][e] = j < lim[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
+            bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+          }
+        float alpha[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
+          bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
+          const float mn = fmaxf(mrun[hr], bmax[hr]);
+          alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
+          mrun[hr] = mn;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
+            rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
+          }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
+          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
+          lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
+        }
 #pragma unroll
         for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (!part[e >> 1]) continue;
-            const int m = g + 8 * (e >> 1), d = dn * 8 + 2 * t + (e & 1);
-            const float v = __fmul_rn(o[dn][e], sm_f[w][m]);
-            sm_o[m][d] = w == lead[e >> 1] ? v : __fadd_rn(sm_o[m][d], v);
+          for (int e = 0; e < 4; ++e) o[dn][e] = __fmul_rn(o[dn][e], alpha[e >> 1]);
+            // P (as the A operand, keys along k) times V, 16 keys per step.
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          uint32_t ph[4], pl[4];
+          bf16_split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+          bf16_split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+          bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+          bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+          const int64_t j0 = b * 32 + 16 * kk + 2 * t;
+          const float* vr[4];
+          bool vin[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
+            vin[i] = j < n_keys;
+            vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
           }
+          // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a row.
+          auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
+          const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
+                                  bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
+          // Eight 8-column groups of values loaded at once, then their products.
+#pragma unroll
+          for (int d0 = 0; d0 < D / 8; d0 += 8) {
+            float vv[8][4];
+#pragma unroll
+            for (int dd = 0; dd < 8; ++dd)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) vv[dd][i] = vr[i][(d0 + dd) * 8 + g];
+            bool any_bad = false;
+#pragma unroll
+            for (int dd = 0; dd < 8; ++dd)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                vv[dd][i] = vin[i] ? vv[dd][i] : 0.0f;
+                any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
+              }
+            if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
+#pragma unroll
+              for (int dd = 0; dd < 8; ++dd) {
+                uint32_t vh0, vl0, vh1, vl1;
+                bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
+                bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
+                mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+                mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+                mma_m16n8k16(o[d0 + dd], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+              }
+              continue;
+            }
+#pragma unroll
+            for (int dd = 0; dd < 8; ++dd) {
+              const int dn = d0 + dd;
+              float v[4];
+              bool bad[4];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
+                v[i] = vv[dd][i];
+                bad[i] = !isfinite(v[i]);
+                if (bad[i]) v[i] = 0.0f;
+              }
+              uint32_t vh0, vl0, vh1, vl1;
+              bf16_split2(v[0], v[1], vh0, vl0);
+              bf16_split2(v[2], v[3], vh1, vl1);
+              mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
+              mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
+              mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
+              // Per output: unmasked keys whose value is not finite.
+              float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
+            }
+          }
+        }
+      }
+      // Merge in warp order the warps that saw an unmasked key of the row (all of them if none did): M = max m_w,
+      // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A warp's part depends only on the row's own limit.
+      if (t == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
+      __syncthreads();
+      if (threadIdx.x < 16) {
+        const int m = threadIdx.x;
+        float M = -INFINITY, L = 0.0f;
+        int lead = -1;
+        for (int w = 0; w < kWarps; ++w) {
+          M = fmaxf(M, sm_m[w][m]);
+          if (lead < 0 && sm_m[w][m] != -INFINITY) lead = w;
+        }
+        for (int w = 0; w < kWarps; ++w) {
+          sm_f[w][m] = sm_m[w][m] == -INFINITY ? 0.0f : expf(sm_m[w][m] - M);
+          L = __fadd_rn(L, __fmul_rn(sm_l[w][m], sm_f[w][m]));
+        }
+        sm_L[m] = L, sm_M[m] = M;
+        sm_first[m] = lead;
+      }
+      __syncthreads();
+      bool in_merge[2];
+      int lead[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int m = g + 8 * hr;
+        in_merge[hr] = sm_first[m] < 0 || sm_m[warp][m] != -INFINITY;
+        lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
+      }
+      for (int w = 0; w < kWarps; ++w) {
+        if (warp == w && __any_sync(0xffffffffu, in_merge[0] || in_merge[1]))
+#pragma unroll
+          for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (!in_merge[e >> 1]) continue;
+              const int m = g + 8 * (e >> 1), d = dn * 8 + 2 * t + (e & 1);
+              const float v = __fmul_rn(o[dn][e], sm_f[w][m]);
+              sm_o[m][d] = w == lead[e >> 1] ? v : __fadd_rn(sm_o[m][d], v);
+            }
+        __syncthreads();
+      }
+      if (part) {
+        // The chunk's state parked for the combine kernel; a row whose keys all lie in chunk 0 is finished here
+        // (the fold of one chunk is that chunk).
+        for (int i = warp; i < 16 * (D / 32); i += kWarps) {
+          const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G, h = kvh * G + m % G;
+          const int64_t r = row0 + e, col = int64_t(h) * D + d0;
+          if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
+          float* pp = part + ((c * n_rows + r) * n_head + h) * (D + 2);
+          if (lane == 0 && d0 == 0) pp[0] = sm_M[m], pp[1] = sm_L[m];
+          pp[2 + d0 + lane] = sm_o[m][d0 + lane];
+          if (c > 0 || int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) > kChunkKeys) continue;
+          const float y = __fdiv_rn(sm_o[m][d0 + lane], sm_L[m]);
+          out[r * n_head * D + col + lane] = y;
+          if (xs) split_group_warp(TF_DCTL(143) ? sm_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
+        }
+      } else {
+        // Fold into the running state: chunk 0 always, later chunks when they saw an unmasked key of the row.
+        if (threadIdx.x < 16) {
+          const int m = threadIdx.x;
+          run_take[m] = c == 0 || sm_M[m] != -INFINITY;
+          if (c == 0) {
+            run_m[m] = sm_M[m], run_l[m] = sm_L[m];
+          } else if (run_take[m]) {
+            const FoldW fw = fold_weights(run_m[m], sm_M[m]);
+            run_l[m] = fold_value(run_l[m], sm_L[m], fw), run_m[m] = fw.m, run_a[m] = fw.a, run_b[m] = fw.b;
+          }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
+          const int m = i / D, d = i % D;
+          if (run_take[m])
+            run_o[m][d] = c == 0 ? sm_o[m][d] : fold_value(run_o[m][d], sm_o[m][d], FoldW{run_a[m], run_b[m], 0.0f});
+        }
+      }
       __syncthreads();
     }
+    if (part) continue;
     // A warp per (M row, 32 columns), lane k on column k: coalesced stores, and the split for the output product.
     for (int i = warp; i < 16 * (D / 32); i += kWarps) {
       const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
       const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
       if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-      const float y = __fdiv_rn(sm_o[m][d0 + lane], sm_L[m]);
+      const float y = __fdiv_rn(run_o[m][d0 + lane], run_l[m]);
       out[r * n_head * D + col + lane] = y;
-      if (xs) split_group_warp(TF_DCTL(143) ? sm_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
+      if (xs) split_group_warp(TF_DCTL(143) ? run_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
     }
     __syncthreads();
   }
+}
+
+// The chunks of one (row, head) folded in chunk order, a warp per 32 columns (rows within one chunk were finished by
+// the attention kernel).
+template <int D>
+__global__ void __launch_bounds__(128) attention_combine_kernel(const float* part, int64_t n_rows, const int32_t* pos,
+                                                                int n_head, float* out, uint4* xs, float* xsum) {
+  grid_wait();
+  const int lane = threadIdx.x & 31, groups = D / 32;
+  const int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (task >= n_rows * n_head * groups) return;
+  const int64_t r = task / (int64_t(n_head) * groups);
+  const int h = int((task / groups) % n_head), d = int(task % groups) * 32 + lane;
+  const int64_t n_chunks = (int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) + kChunkKeys - 1) / kChunkKeys;
+  if (n_chunks <= 1) return;
+  auto chunk = [&](int64_t c) { return part + ((c * n_rows + r) * n_head + h) * (D + 2); };
+  float rm = chunk(0)[0], rl = chunk(0)[1], ro = chunk(0)[2 + d];
+  for (int64_t k = 1; k < n_chunks; ++k) {
+    const int64_t c = TF_DCTL(145) ? n_chunks - k : k;  // planted: the chunks folded in reverse order
+    const float* pc = chunk(c);
+    if (pc[0] == -INFINITY) continue;
+    const FoldW fw = fold_weights(rm, pc[0]);
+    rl = fold_value(rl, pc[1], fw), ro = fold_value(ro, pc[2 + d], fw), rm = fw.m;
+  }
+  const float y = __fdiv_rn(ro, rl);
+  const int64_t col = int64_t(h) * D + d - lane;
+  out[r * n_head * D + col + lane] = y;
+  if (xs) split_group_warp(TF_DCTL(143) ? ro : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
 }
 
 }  // namespace
@@ -273,22 +364,42 @@ bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head)
 
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                    const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
-                   void* xs, float* xsum) {
+                   void* xs, float* xsum, const AttnChunks& chunks) {
   if (!attention_mma_supports(head_dim, n_head, n_kv_head))
     throw std::runtime_error(
         "attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
   if (n_rows == 0) return;
   upload_control();
   const int64_t rt = 16 / (n_head / n_kv_head);
-  const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head));
+  // Few rows over more than one chunk: a block per chunk, then the combine kernel (the same bits as one block
+  // walking the chunks).
+  const int64_t n_chunks = (chunks.max_keys + kChunkKeys - 1) / kChunkKeys;
+  const bool parallel = chunks.part && n_rows <= chunks.max_rows && n_chunks > 1;
+  if (parallel && n_chunks > chunks.max_chunks)
+    throw std::runtime_error("CUDA attention: more key chunks than the partials were sized for");
+  float* part = parallel ? chunks.part : nullptr;
+  const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
+  auto* x4 = static_cast<uint4*>(xs);
   if (head_dim == 64)
-    attention_mma_kernel<64><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
+    launch_k(attention_mma_kernel<64>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, x4, xsum, part);
   else
-    attention_mma_kernel<128><<<grid, kWarps * 32, 0, launch_stream()>>>(
-        q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, static_cast<uint4*>(xs), xsum);
+    launch_k(attention_mma_kernel<128>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out, x4, xsum, part);
+  if (parallel) {
+    const int64_t warps = n_rows * n_head * (head_dim / 32);
+    const unsigned blocks = unsigned((warps + 3) / 4);
+    if (head_dim == 64)
+      launch_k(attention_combine_kernel<64>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
+    else
+      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
+}
+
+size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys) {
+  return size_t(max_rows * n_head * ((max_keys + kChunkKeys - 1) / kChunkKeys) * (head_dim + 2)) * sizeof(float);
 }
 
 }  // namespace tf::cuda

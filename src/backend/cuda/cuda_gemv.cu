@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -8,8 +9,8 @@
 #include "backend/ctl.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
-#include "backend/cuda/mma_pack.h"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_pack.h"
 
 namespace tf::cuda {
 
@@ -185,6 +186,14 @@ cudaStream_t launch_stream() {
     return t;
   }();
   return s;
+}
+
+bool pdl_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("TF_CUDA_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
 }
 
 }  // namespace tf::cuda

@@ -25,6 +25,7 @@ void check(cudaError_t e, const char* op) {
 // A thread per (row, 32-column group): the group's sum in column order and its hi/lo fragments for both steps.
 __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint4* __restrict__ xs,
                                    float* __restrict__ xsum, int ctl) {
+  grid_wait();
   const int64_t groups = n_in / 32, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * groups) return;
   const int64_t row = i / groups, gi = i % groups;
@@ -44,6 +45,7 @@ __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, in
 // The slices' partials added in slice order, then the residual: the full kernel's exact sequence.
 __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices, int64_t n, float* y,
                                   const float* residual) {
+  grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float sum = 0.0f;
@@ -111,7 +113,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
     xs = static_cast<uint4*>(pre.xs), xsum = pre.xsum;
   } else {
     const int64_t tasks = n_rows * (w.n_in / 32);
-    mma_split_x_kernel<<<unsigned((tasks + 127) / 128), 128, 0, launch_stream()>>>(x, w.n_in, n_rows, xs, xsum, ctl);
+    launch_k(mma_split_x_kernel, unsigned((tasks + 127) / 128), 128, 0, x, w.n_in, n_rows, xs, xsum, ctl);
   }
   // Few rows: with 128-512 output tiles a block per tile adds the slices itself (enough blocks to fill the device,
   // no second kernel); otherwise the slices run in separate blocks, several tiles a warp, and a second kernel adds
@@ -126,7 +128,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (split) {
     const int64_t n = n_rows * w.n_out;
     // Small blocks spread a decode row's few thousand outputs over more multiprocessors.
-    mma_reduce_kernel<<<unsigned((n + 63) / 64), 64, 0, launch_stream()>>>(part, w.slices, n, y, residual);
+    launch_k(mma_reduce_kernel, unsigned((n + 63) / 64), 64, 0, part, w.slices, n, y, residual);
   }
 }
 

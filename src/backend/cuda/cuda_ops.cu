@@ -19,8 +19,8 @@ void check_launch(const char* op) {
 
 constexpr int kNormThreads = 256;
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs,
-                               float* xsum) {
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum) {
+  grid_wait();
   __shared__ double part[kNormThreads];
   const int64_t row = blockIdx.y;  // blockIdx.x: which 8 groups of the split output (every block sums the whole row)
   const float* xr = x + row * n;
@@ -58,6 +58,7 @@ __device__ __forceinline__ float swiglu_at(const float* g, const float* u, int64
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, int64_t in_stride) {
+  grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t r = blockIdx.y;
@@ -68,6 +69,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
 // gate|up rows of 2n: a warp per (row, 32-column group), a lane per column; the same values, also split for the
 // down product.
 __global__ void swiglu_split_kernel(const float* gu, float* out, int64_t n, int64_t n_rows, uint4* xs, float* xsum) {
+  grid_wait();
   const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (wid >= n_rows * (n / 32)) return;  // whole warps only: the split's shuffles need every lane
   const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
@@ -79,6 +81,7 @@ __global__ void swiglu_split_kernel(const float* gu, float* out, int64_t n, int6
 
 __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
                             const float* cos, const float* sin, bool neox) {
+  grid_wait();
   const int64_t r = blockIdx.y;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n_heads * half) return;
@@ -93,6 +96,7 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64
 }
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n) {
+  grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * n) return;
   const int64_t col = TF_DCTL(191) ? (i + 1) % n : i % n;  // planted: the neighbouring column's bias
@@ -100,6 +104,7 @@ __global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = TF_DCTL(192) ? x[i] : __fadd_rn(x[i], y[i]);  // planted: the residual term lost
 }
@@ -107,6 +112,7 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 __global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, const int32_t* pos,
                                 const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base,
                                 int64_t page_floats, int64_t layer_offset, int64_t page_size, int64_t kv_row) {
+  grid_wait();
   const int64_t r = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= kv_row) return;
@@ -118,6 +124,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, 
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* idx, int64_t n, float* dst) {
+  grid_wait();
   const int64_t r = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[r * n + i] = src[int64_t(TF_DCTL(181) ? idx[r] + 1 : idx[r]) * n + i];  // planted: the next row
@@ -130,14 +137,14 @@ unsigned grid(int64_t n, int threads) { return unsigned((n + threads - 1) / thre
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n) {
   if (n_rows * n == 0) return;
   upload_control();
-  add_bias_kernel<<<grid(n_rows * n, 256), 256, 0, launch_stream()>>>(x, b, n_rows, n);
+  launch_k(add_bias_kernel, grid(n_rows * n, 256), 256, 0, x, b, n_rows, n);
   check_launch("add_bias");
 }
 
 void add_inplace(float* x, const float* y, int64_t n) {
   if (n == 0) return;
   upload_control();
-  add_kernel<<<grid(n, 256), 256, 0, launch_stream()>>>(x, y, n);
+  launch_k(add_kernel, grid(n, 256), 256, 0, x, y, n);
   check_launch("add");
 }
 
@@ -146,15 +153,15 @@ void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, co
               int64_t layer_offset, int64_t page_size, int64_t kv_row) {
   if (n_rows == 0) return;
   upload_control();
-  kv_store_kernel<<<dim3(grid(kv_row, 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
-      k, v, stride, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+  launch_k(kv_store_kernel, dim3(grid(kv_row, 128), unsigned(n_rows)), 128, 0, k, v, stride, pos, row_seq, page_table,
+           max_pages, base, page_floats, layer_offset, page_size, kv_row);
   check_launch("kv_store");
 }
 
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst) {
   if (n_rows == 0) return;
   upload_control();
-  gather_rows_kernel<<<dim3(grid(n, 256), unsigned(n_rows)), 256, 0, launch_stream()>>>(src, idx, n, dst);
+  launch_k(gather_rows_kernel, dim3(grid(n, 256), unsigned(n_rows)), 256, 0, src, idx, n, dst);
   check_launch("gather_rows");
 }
 
@@ -164,14 +171,14 @@ void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float ep
   upload_control();
   // With a split output, several blocks per row (each sums the whole row, the same way) take 8 groups each.
   const unsigned chunks = xs ? unsigned((n / 32 + kNormThreads / 32 - 1) / (kNormThreads / 32)) : 1u;
-  rmsnorm_kernel<<<dim3(chunks, unsigned(n_rows)), kNormThreads, 0, launch_stream()>>>(x, w, n, eps, y,
-                                                                                       static_cast<uint4*>(xs), xsum);
+  launch_k(rmsnorm_kernel, dim3(chunks, unsigned(n_rows)), kNormThreads, 0, x, w, n, eps, y, static_cast<uint4*>(xs),
+           xsum);
   check_launch("rmsnorm");
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   upload_control();
-  swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, launch_stream()>>>(gate, up, out, n, 0);
+  launch_k(swiglu_kernel, unsigned((n + 255) / 256), 256, 0, gate, up, out, n, 0);
   check_launch("swiglu");
 }
 
@@ -181,13 +188,11 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* 
   if (xs) {
     if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
     const int64_t tasks = n_rows * (n / 32);
-    swiglu_split_kernel<<<unsigned((tasks + 3) / 4), 128, 0, launch_stream()>>>(gu, out, n, n_rows,
-                                                                               static_cast<uint4*>(xs), xsum);
+    launch_k(swiglu_split_kernel, unsigned((tasks + 3) / 4), 128, 0, gu, out, n, n_rows, static_cast<uint4*>(xs), xsum);
     check_launch("swiglu_pairs");
     return;
   }
-  swiglu_kernel<<<dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, launch_stream()>>>(gu, gu + n, out, n,
-                                                                                                2 * n);
+  launch_k(swiglu_kernel, dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, gu, gu + n, out, n, 2 * n);
   check_launch("swiglu_pairs");
 }
 
@@ -195,8 +200,8 @@ void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t
           const float* cos, const float* sin, bool neox) {
   upload_control();
   const int64_t half = n_rot / 2, pairs = n_heads * half;
-  rope_kernel<<<dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(
-      x, row_stride, n_heads, head_dim, half, cos, sin, neox);
+  launch_k(rope_kernel, dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, x, row_stride, n_heads, head_dim,
+           half, cos, sin, neox);
   check_launch("rope");
 }
 

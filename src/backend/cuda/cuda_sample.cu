@@ -168,6 +168,7 @@ struct ChunkSrc {
 
 __global__ void __launch_bounds__(kT)
     chunk_kernel(const float* logits, int64_t V, const SampleRow* params, Part* parts) {
+  grid_wait();
   __shared__ Best sb[kT];
   __shared__ double sd[kT];
   __shared__ Shared sh;
@@ -217,6 +218,7 @@ constexpr int kMaxChunks = int(kMaxSampledVocab / kChunk);  // 1 KB of staged lo
 
 __global__ void __launch_bounds__(kT)
     merge_kernel(int64_t V, const SampleRow* params, const Part* parts, RowCandidatesDev* out) {
+  grid_wait();
   extern __shared__ float staged[];
   __shared__ int32_t n[kMaxChunks];
   __shared__ Shared sh;
@@ -269,7 +271,7 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
   if (n_rows > 65535) throw std::runtime_error("CUDA candidates: more than 65535 rows in one call");
   upload_control();
   auto* parts = static_cast<Part*>(scratch);
-  chunk_kernel<<<dim3(unsigned(nb), unsigned(n_rows)), kT, 0, launch_stream()>>>(logits, n_vocab, params, parts);
+  launch_k(chunk_kernel, dim3(unsigned(nb), unsigned(n_rows)), kT, 0, logits, n_vocab, params, parts);
   const size_t staged = size_t(nb) * kCandidates * sizeof(float);
   static size_t allowed = 48 * 1024;  // above the default, the kernel must be allowed more shared memory once
   if (staged > allowed) {
@@ -277,7 +279,7 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
     if (a != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(a));
     allowed = staged;
   }
-  merge_kernel<<<unsigned(n_rows), kT, staged, launch_stream()>>>(n_vocab, params, parts, out);
+  launch_k(merge_kernel, unsigned(n_rows), kT, staged, n_vocab, params, parts, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(e));
 }

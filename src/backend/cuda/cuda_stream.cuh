@@ -1,7 +1,38 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
+#include <utility>
+
 namespace tf::cuda {
 // The stream every kernel of the backend is launched on (one per process; blocking, so plain copies order with it).
 cudaStream_t launch_stream();
+// Programmatic dependent launch (TF_CUDA_PDL=0 turns it off): a kernel may be scheduled while the one before it
+// finishes; it waits for it (grid_wait) before touching memory, so only the launch gap is hidden.
+bool pdl_on();
+
+// First statement of every kernel: wait until the kernels before it have finished and their writes are visible,
+// then let the next kernel be scheduled (its blocks wait in the same way).
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... P, typename... A>
+void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = launch_stream();
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it, so the next check does not report this launch again
+    throw std::runtime_error(std::string("CUDA launch: ") + cudaGetErrorString(e));
+  }
+}
 }  // namespace tf::cuda

@@ -198,6 +198,7 @@ struct Fmt<int(GgmlType::Q6_K)> {
 template <int kType, int R>
 __global__ void __launch_bounds__(512)
     gemv_kernel(DeviceMatrix w, const float* __restrict__ x, float* y, const float* residual, int ctl) {
+  grid_wait();
   using F = Fmt<kType>;
   extern __shared__ float part[];  // [S][R][32]
   const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5, S = blockDim.x >> 5;
@@ -253,6 +254,7 @@ __global__ void __launch_bounds__(512)
 // Token rows decoded exactly as the GEMV reads them: one thread per (row, unit, element chunk).
 template <int kType>
 __global__ void embedding_kernel(DeviceMatrix w, const int32_t* __restrict__ ids, float* __restrict__ out, int ctl) {
+  grid_wait();
   using F = Fmt<kType>;
   const int64_t r = blockIdx.y;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -279,15 +281,15 @@ void launch_weight_kernels(const DeviceMatrix& w, const float* x, int64_t n_rows
                            const int32_t* ids, float* emb_out, int ctl) {
   if (ids) {
     const int64_t tasks = w.units * Fmt<kType>::kElemChunks;
-    embedding_kernel<kType>
-        <<<dim3(unsigned((tasks + 127) / 128), unsigned(n_rows)), 128, 0, launch_stream()>>>(w, ids, emb_out, ctl);
+    launch_k(embedding_kernel<kType>, dim3(unsigned((tasks + 127) / 128), unsigned(n_rows)), 128, 0, w, ids, emb_out,
+             ctl);
     return;
   }
   const unsigned tiles = unsigned((w.n_out + 31) / 32), threads = unsigned(32 * w.slices);
   auto pass = [&](auto rows_tag, int64_t r) {
     constexpr int kR = decltype(rows_tag)::value;
-    gemv_kernel<kType, kR><<<tiles, threads, size_t(w.slices * kR * 32) * sizeof(float), launch_stream()>>>(
-        w, x + r * w.n_in, y + r * w.n_out, residual ? residual + r * w.n_out : nullptr, ctl);
+    launch_k(gemv_kernel<kType, kR>, tiles, threads, size_t(w.slices * kR * 32) * sizeof(float), w, x + r * w.n_in,
+             y + r * w.n_out, residual ? residual + r * w.n_out : nullptr, ctl);
   };
   int64_t r = 0;
   for (; r + 8 <= n_rows; r += 8) pass(std::integral_constant<int, 8>{}, r);

@@ -124,6 +124,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 // Few rows: a warp per (MT x 16 outputs, slice), partials to memory, added in slice order by mma_reduce_kernel.
 template <int kType, int MT, int NT>
 __global__ void __launch_bounds__(128) mma_split_kernel(MmaArgs A) {
+  grid_wait();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile0 = (int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * MT, sl = blockIdx.y;
   if (tile0 >= (A.w.n_out + 15) / 16) return;
@@ -144,6 +145,7 @@ __global__ void __launch_bounds__(128) mma_split_kernel(MmaArgs A) {
 // in shared memory, then the block adds them in slice order: the split kernel's sums without a second kernel.
 template <int kType, int MT, int NT>
 __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
+  grid_wait();
   extern __shared__ float sm_part[];  // [round][E]: lane-major, so a warp's stores and the adds hit 32 banks
   constexpr int E = MT * NT * 4 * 32, Q = (E + 255) / 256;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -189,6 +191,7 @@ __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
 // Many rows: a block of 2 x 2 warps, each MT x NT tiles, every slice in order with the running total in registers.
 template <int kType, int MT, int NT>
 __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
+  grid_wait();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
   const int64_t tile0 = (int64_t(blockIdx.x) * 2 + (warp & 1)) * MT;
   const int64_t row0 = (int64_t(blockIdx.y) * 2 + (warp >> 1)) * NT * 8;
@@ -222,8 +225,7 @@ constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in sep
 template <int kType, int NT>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
   const int64_t tiles = (A.w.n_out + 15) / 16;
-  mma_block_kernel<kType, 1, NT>
-      <<<unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float), launch_stream()>>>(A);
+  launch_k(mma_block_kernel<kType, 1, NT>, unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float), A);
 }
 
 template <int kType>
@@ -255,23 +257,23 @@ void launch_mma(const MmaArgs& A) {
     const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
     switch ((A.n_rows + 7) / 8) {
       case 1:
-        mma_split_kernel<kType, MT1, 1><<<grid, 128, 0, launch_stream()>>>(A);
+        launch_k(mma_split_kernel<kType, MT1, 1>, grid, 128, 0, A);
         break;
       case 2:
-        mma_split_kernel<kType, MT2, 2><<<grid, 128, 0, launch_stream()>>>(A);
+        launch_k(mma_split_kernel<kType, MT2, 2>, grid, 128, 0, A);
         break;
       case 3:
-        mma_split_kernel<kType, MT2, 3><<<grid, 128, 0, launch_stream()>>>(A);
+        launch_k(mma_split_kernel<kType, MT2, 3>, grid, 128, 0, A);
         break;
       default:
-        mma_split_kernel<kType, MT2, 4><<<grid, 128, 0, launch_stream()>>>(A);
+        launch_k(mma_split_kernel<kType, MT2, 4>, grid, 128, 0, A);
         break;
     }
     return;
   }
   constexpr int MT = 2, NT = 4;
   const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
-  mma_full_kernel<kType, MT, NT><<<grid, 128, 0, launch_stream()>>>(A);
+  launch_k(mma_full_kernel<kType, MT, NT>, grid, 128, 0, A);
 }
 
 }  // namespace tf::cuda

@@ -73,14 +73,16 @@ std::vector<KernelRecord> make_records() {
        {"f32"},
        "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any "
        "sequences",
-       "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences; a 37-row prefill chunk "
-       "with another sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row "
-       "against itself alone",
-       "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + 16 * "
-       "2^-24)",
+       "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
+       "chunks, a block each, then the combine); a 37-row prefill chunk (chunks walked in one block) with another "
+       "sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row against itself "
+       "alone",
+       "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
+       "3 n_chunks) * 2^-24)",
        {{141, "one key past the causal limit read"},
         {142, "query head mapped to the wrong KV head"},
-        {143, "the split output taken before the division by L"}}});
+        {143, "the split output taken before the division by L"},
+        {145, "the combine folds the chunks in reverse order"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",

@@ -63,7 +63,8 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   c.rope_pairing = c.arch == "llama" ? cpu::RopePairing::Norm : cpu::RopePairing::Neox;
   const auto* toks = f.get_strings("tokenizer.ggml.tokens");
   c.n_vocab = f.get_int(p + "vocab_size").value_or(toks ? int64_t(toks->size()) : 0);
-  if (c.n_vocab <= 0) fail("{}: cannot tell the vocabulary size (no {}vocab_size, no tokenizer.ggml.tokens)", f.path(), p);
+  if (c.n_vocab <= 0)
+    fail("{}: cannot tell the vocabulary size (no {}vocab_size, no tokenizer.ggml.tokens)", f.path(), p);
   return c;
 }
 

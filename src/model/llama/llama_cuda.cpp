@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_sample.h"
@@ -225,7 +226,7 @@ void LlamaCudaModel::drop_graphs() {
 LlamaCudaModel::~LlamaCudaModel() {
   for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
   if (staging_host_) cuda::host_free_pinned(staging_host_);
-  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_}) {
+  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_, static_cast<void*>(att_part_)}) {
     try {  // after a sticky device error every free fails; a destructor must not throw
       if (p) cuda::device_free(p);
     } catch (const std::exception&) {
@@ -248,9 +249,15 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   cuda::reserve_gemv_scratch(product_scratch(32));  // few-row products' partials, before the pool takes the memory
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
+  // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).
+  const auto& c = cfg_;
+  const int64_t att_keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
+  const size_t att_bytes = cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
+                               ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, att_keys)
+                               : 0;
   cuda::DeviceInfo dev = cuda::device_info(0);
-  dev.free_bytes += kv_ ? old : 0;  // the old pool goes first
-  if (bytes + (size_t(1) << 28) > dev.free_bytes)
+  dev.free_bytes += (kv_ ? old : 0) + att_part_bytes_;  // the old pool and partials go first
+  if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes)
     fail(
         "the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
         "--parallel, --context or --prompt-cache-gib",
@@ -258,6 +265,12 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   drop_graphs();  // graphs hold the old pool's address
   if (kv_) cuda::device_free(kv_);
   kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
+  if (att_part_) cuda::device_free(att_part_);
+  att_part_ = nullptr, att_part_bytes_ = 0, att_keys_ = 0;
+  if (att_bytes) {
+    att_part_ = static_cast<float*>(cuda::device_alloc(att_bytes));
+    att_part_bytes_ = att_bytes, att_keys_ = att_keys;
+  }
   kv_ = static_cast<float*>(cuda::device_alloc(bytes));
   kv_pages_ = n_pages;
   page_size_ = page_size;

@@ -13,6 +13,9 @@ namespace tf {
 
 // The llama family on one CUDA device: weights copied to device memory as the file stores them, KV pages on the
 // device, every kernel row-invariant, decode-shaped rounds replayed as CUDA graphs.
+// Rows up to which decode attention runs a block per 256-key chunk (their partials are sized for this many).
+constexpr int64_t kAttnChunkRows = 32;
+
 class LlamaCudaModel : public Model {
  public:
   explicit LlamaCudaModel(std::shared_ptr<const GgufFile> file);
@@ -67,11 +70,14 @@ class LlamaCudaModel : public Model {
   float *xs_ = nullptr, *xsum_ = nullptr;  // a norm's or SwiGLU's output split for the products that read it
   void* cand_ = nullptr;
   void* cand_scratch_ = nullptr;
+  float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, att_keys_ keys)
+  size_t att_part_bytes_ = 0;
+  int64_t att_keys_ = 0;
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;
   std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // (rows, page-table width, sampling) -> graph
-  uint64_t graphs_generation_ = 0;                               // the product scratch the graphs captured
+  uint64_t graphs_generation_ = 0;                              // the product scratch the graphs captured
   std::vector<char> cand_host_;
 };
 

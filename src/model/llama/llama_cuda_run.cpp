@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -133,8 +134,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     cuda::SplitX pre_o;
     if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
       if (Dq % 64 == 0) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this one
+      // No row holds more keys than the pool, which the partials were sized for.
+      const int64_t keys = std::min(width * page_size_, att_keys_);
+      const cuda::AttnChunks chunks{att_part_, kAttnChunkRows,
+                                    (att_keys_ + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys, keys};
       cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_, pre_o.xs,
-                          pre_o.xsum);
+                          pre_o.xsum, chunks);
     } else
       cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
                       att_);

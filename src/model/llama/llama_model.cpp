@@ -203,7 +203,8 @@ const bool kRegistered = register_family(FamilyEntry {
     {},
     {},
 #endif
-    {}, {}, {}});
+      {}, {}, {}
+});
 }  // namespace
 
 }  // namespace tf
