@@ -11,6 +11,7 @@ struct DeviceBenchOptions {
   std::vector<int64_t> pp{512};
   int64_t tg = 128, ubatch = 512;
   std::vector<int> streams;
+  std::vector<int64_t> depths;  // decode again after this many prompt tokens
 };
 
 // Device benchmark: prefill tok/s and TFLOP/s, decode tok/s against the copy-bandwidth floor with the graph/kernel

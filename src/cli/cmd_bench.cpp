@@ -57,7 +57,7 @@ Runner add_bench(CLI::App& app) {
     std::string model;
     int64_t pp = 512, tg = 128, reps = 5;
     int threads = 0;
-    std::string backend = "cpu", pp_list, streams;
+    std::string backend = "cpu", pp_list, streams, depths;
     int64_t ubatch = 512;
   };
   auto o = std::make_shared<Opts>();
@@ -70,6 +70,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--pp-list", o->pp_list, "device backend: prompt lengths, e.g. 512,4096 (default: -p)");
   c->add_option("--ubatch", o->ubatch, "device backend: prompt rows per forward");
   c->add_option("--streams", o->streams, "device backend: aggregate decode at these stream counts, e.g. 1,8,32,128");
+  c->add_option("--depth", o->depths, "device backend: decode also after these prompt lengths, e.g. 4096,16384");
   return [o] {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, "", o->backend);
@@ -83,6 +84,8 @@ Runner add_bench(CLI::App& app) {
       d.ubatch = o->ubatch;
       if (!o->streams.empty())
         for (int32_t v : parse_id_list(o->streams)) d.streams.push_back(v);
+      if (!o->depths.empty())
+        for (int32_t v : parse_id_list(o->depths)) d.depths.push_back(v);
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

@@ -41,19 +41,30 @@ struct Decode {
   double tok_s = 0, device_ms = 0, wall_ms = 0;
 };
 
-// Greedy decode of one sequence, one row per forward, candidates only leaving the device.
-Decode decode_run(Model& m, int64_t n, bool graphs) {
+// Greedy decode of one sequence, one row per forward, candidates only leaving the device, after `depth` prompt
+// tokens prefilled in `ubatch` rows (llama-bench's depth: decode at a long context).
+Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t ubatch = 512) {
   m.set_graphs(graphs);
-  const int64_t page = 32, pages = (n + page) / page + 1;
+  const int64_t page = 32, pages = (depth + n + page) / page + 1;
   KvCache kv(pages, page, 0);
   m.bind_kv(pages, page);
-  KvLease lease = *kv.acquire({}, n + 1);
+  KvLease lease = *kv.acquire({}, depth + n + 1);
+  if (depth > 0) {
+    const auto ids = random_ids(depth, m.info().n_vocab, 11);
+    std::vector<float> logits(static_cast<size_t>(m.info().n_vocab));
+    for (int64_t b = 0; b < depth; b += ubatch) {
+      std::vector<BatchRow> rows;
+      for (int64_t i = b; i < std::min(depth, b + ubatch); ++i)
+        rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == depth - 1});
+      m.forward(rows, logits.data());
+    }
+  }
   std::vector<RowCandidates> cand;
   int32_t tok = 1;
   double dev = 0;
   double t0 = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    if (p == 2) t0 = now_s(), dev = 0;  // graph capture and first touch stay out of the figure
+  for (int64_t p = depth; p < depth + n; ++p) {
+    if (p == depth + 2) t0 = now_s(), dev = 0;  // graph capture and first touch stay out of the figure
     std::vector<BatchRow> rows{{&lease.pages, tok, int32_t(p), true}};
     m.forward_sample(rows, {{0.0, 0, p + 1}}, cand);
     tok = cand[0].greedy;
@@ -133,6 +144,12 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
       "wall, %.3f ms device\n",
       g.wall_ms, g.device_ms, g.wall_ms - g.device_ms, ng.wall_ms, ng.device_ms);
   std::printf("kernels alone reach %.1f%% of the floor\n", 100.0 * (1e3 / g.device_ms) / floor_tps);
+  for (int64_t depth : o.depths) {
+    const Decode d = decode_run(m, o.tg, true, depth, o.ubatch);
+    const double b = wbytes + double(info.kv_bytes_per_token) * (double(depth) + double(o.tg) / 2);
+    std::printf("tg%-5lld at depth %-6lld %10.1f tok/s with graphs (%.1f%% of the %.1f tok/s floor), %.3f ms device\n",
+                (long long)o.tg, (long long)depth, d.tok_s, 100.0 * d.tok_s / (bw / b), bw / b, d.device_ms);
+  }
   for (int s : o.streams)
     std::printf("streams %-4d %10.1f tok/s aggregate (engine rounds, %lld tokens each)\n", s, streams_run(lm, s, o.tg),
                 (long long)o.tg);
