@@ -103,6 +103,7 @@ uint64_t mma_scratch_generation() { return g_generation; }
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
+  if (n_rows <= 0) return;  // the kernels clamp reads to the last row, so they need one
   mma_reserve(mma_scratch_bytes(w, n_rows));
   auto* base = static_cast<uint8_t*>(g_scratch);
   auto* xs = reinterpret_cast<uint4*>(base);

@@ -13,12 +13,28 @@ __device__ __forceinline__ float mma_f16(uint32_t bits) { return __half2float(__
 __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
-// 128 + q as bf16 (exponent 2^7, q in the 7-bit mantissa) minus 128 + bias: exact, as both are small integers.
-__device__ __forceinline__ uint32_t bf16_ints(uint32_t pair_bits, uint32_t bias2) {
-  const uint32_t v = pair_bits | 0x43004300u;
+// (w & mask) | 0x43004300 is 128 + q as bf16 (exponent 2^7, q in the 7-bit mantissa); bf16_sub then takes 128 +
+// bias away, exactly, as both are small integers. One LOP3 (the compiler splits an and-or with two constants into two).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t bf16_magic(uint32_t w) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "n"(kMask), "n"(0x43004300u));
+  return d;
+}
+// v | (h & mask) as one LOP3.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t bf16_or_masked(uint32_t v, uint32_t h) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(d) : "r"(v), "r"(h), "n"(kMask));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16_sub(uint32_t v, uint32_t bias2) {
   __nv_bfloat162 r =
       __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&bias2));
   return *reinterpret_cast<uint32_t*>(&r);
+}
+__device__ __forceinline__ float mma_ubyte_float(uint32_t word, int k) {  // uint8 byte k, exactly
+  return __fsub_rn(__uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | unsigned(k))), 8388608.0f);
 }
 __device__ __forceinline__ float mma_byte_float(uint32_t word, int k) {  // int8 byte k, exactly
   return __fsub_rn(__uint_as_float(__byte_perm(word ^ 0x80808080u, 0x4B000000u, 0x7540u | unsigned(k))), 8388736.0f);
@@ -48,7 +64,7 @@ struct MmaNibbles {  // Q4_0, Q4_1, Q4_K: step st is word st; pair i at bit 4i, 
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
     const uint32_t w = mma_word(r.q, st);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = bf16_ints((w >> (4 * i)) & 0x000F000Fu, kBias2);
+    for (int i = 0; i < 4; ++i) a[i] = bf16_sub(bf16_magic<0x000F000Fu>(w >> (4 * i)), kBias2);
   }
 };
 
@@ -70,8 +86,9 @@ struct MmaF<int(GgmlType::Q4_K)> : MmaNibbles<int(GgmlType::Q4_K), 0x43004300u> 
   static constexpr int kMeta = 5, kSpg = 2;  // d | dmin, 8 scale bytes, 8 min bytes
   static constexpr bool kMin = true, kScaled = true;
   static __device__ float2 group(const uint32_t* m, int j) {  // d*sc and -dmin*m, both exact in f32
-    const uint32_t sc = (m[1 + (j >> 2)] >> (8 * (j & 3))) & 63, mn = (m[3 + (j >> 2)] >> (8 * (j & 3))) & 63;
-    return {__fmul_rn(mma_f16(m[0]), float(sc)), -__fmul_rn(mma_f16(m[0] >> 16), float(mn))};
+    // The packed scale and min bytes are below 64, so each byte converts exactly through 2^23 + byte.
+    const float sc = mma_ubyte_float(m[1 + (j >> 2)], j & 3), mn = mma_ubyte_float(m[3 + (j >> 2)], j & 3);
+    return {__fmul_rn(mma_f16(m[0]), sc), -__fmul_rn(mma_f16(m[0] >> 16), mn)};
   }
 };
 template <>
@@ -86,7 +103,9 @@ struct MmaF<int(GgmlType::Q6_K)> {
     const uint32_t w = mma_word(r.q, st), hw = ((st >> 1) ? r.h.y : r.h.x) >> (2 * (st & 1));
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      a[i] = bf16_ints(((w >> (4 * i)) & 0x000F000Fu) | (((hw >> (4 * i)) & 0x00030003u) << 4), 0x43204320u);
+      a[i] = bf16_sub(bf16_or_masked<0x00300030u>(bf16_magic<0x000F000Fu>(w >> (4 * i)),
+                                                   i == 0 ? hw << 4 : hw >> (4 * i - 4)),
+                      0x43204320u);
   }
   static __device__ float2 group(const uint32_t* m, int j) {
     return {__fmul_rn(mma_f16(m[4]), float(int8_t((m[j >> 2] >> (8 * (j & 3))) & 0xFF))), 0.0f};

@@ -19,6 +19,9 @@ namespace tf::cuda {
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   mma_m16n8k16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
+__device__ __forceinline__ void mma_bf16_z(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m16n8k16_zero(c, a[0], a[1], a[2], a[3], b0, b1);
+}
 template <int MT, int NT>
 __device__ __forceinline__ void mma_zero(float (&v)[MT][NT][4]) {
 #pragma unroll
@@ -42,6 +45,7 @@ struct MmaArgs {
 };
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
+// Tiles and rows past the end read the last valid ones (clamped, not branched): their sums are never stored.
 template <int kType, int MT, int NT>
 __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
                                           float (&p)[MT][NT][4]) {
@@ -49,44 +53,61 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   [[maybe_unused]] const int ctl = A.ctl;
   const DeviceMatrix& w = A.w;
-  const int64_t tiles = (w.n_out + 15) / 16, steps = w.n_in / 16, groups32 = w.n_in / 32;
+  const int64_t last_tile = (w.n_out + 15) / 16 - 1, steps = w.n_in / 16, groups32 = w.n_in / 32;
   const int64_t rem = w.units - int64_t(sl) * 4;
   const int nk = rem < 4 ? int(rem) : 4;
+  int64_t at[MT];  // this lane's first 64-column unit of the slice, per tile
   uint32_t meta[MT][2][F::kMeta > 0 ? F::kMeta : 1];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt) {
+    const int64_t tm = tile0 + mt < last_tile ? tile0 + mt : last_tile;
+    at[mt] = (tm * w.units + int64_t(sl) * 4) * 32 + lane;
+    const uint32_t* m = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * F::kMeta;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-      for (int k = 0; k < F::kMeta; ++k)
-        meta[mt][hr][k] = tile0 + mt < tiles ? __ldg(reinterpret_cast<const uint32_t*>(w.s) +
-                                                     (((tile0 + mt) * w.slices + sl) * 16 + g + 8 * hr) * F::kMeta + k)
-                                             : 0u;
+      for (int k = 0; k < F::kMeta; ++k) meta[mt][hr][k] = __ldg(m + 8 * hr * F::kMeta + k);
+  }
+  const uint4* xb[NT];  // row g of each row tile, at the slice's first step
+  const float* xsp[NT][2];
+  [[maybe_unused]] bool has_left[NT];  // a row above to read, for the planted neighbour read
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int64_t r = row0 + nt * 8 + g < A.n_rows ? row0 + nt * 8 + g : A.n_rows - 1;
+    has_left[nt] = r > 0;
+    xb[nt] = A.xs + (r * steps + int64_t(sl) * 16) * 4 + t;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t rs = row0 + nt * 8 + 2 * t + e;
+      xsp[nt][e] = A.xsum + (rs < A.n_rows ? rs : A.n_rows - 1) * groups32 + int64_t(sl) * 8;
+    }
+  }
   mma_zero(p);
 #pragma unroll
   for (int kb = 0; kb < 4; ++kb) {
     if (kb >= nk) break;
-    const int64_t k64 = int64_t(sl) * 4 + kb;
     typename F::Raw raw[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      raw[mt] = tile0 + mt < tiles ? F::load(w.q, w.h, ((tile0 + mt) * w.units + k64) * 32 + lane) : typename F::Raw{};
+    for (int mt = 0; mt < MT; ++mt) raw[mt] = F::load(w.q, w.h, at[mt] + kb * 32);
     float c[MT][NT][4];
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
-      if (st % F::kSpg == 0) mma_zero(c);
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) F::frag(raw[mt], st, a[mt]);
-      const int64_t step = k64 * 4 + st;
+      const bool first = st % F::kSpg == 0;  // the group's first step starts from a zero accumulator
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        int64_t row = row0 + nt * 8 + g;
-        if (TF_MCTL(102) && row > 0 && step < 2) row -= 1;  // planted: a row reads its neighbour's activations
-        const uint4 b = row < A.n_rows ? __ldg(A.xs + (row * steps + step) * 4 + t) : make_uint4(0, 0, 0, 0);
+        const uint4* src = xb[nt] + (kb * 4 + st) * 4;
+        if (TF_MCTL(102) && has_left[nt] && sl == 0 && kb == 0 && st < 2)
+          src -= steps * 4;  // planted: a row reads its neighbour's activations
+        const uint4 b = __ldg(src);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_bf16(c[mt][nt], a[mt], b.x, b.y);
+          if (first)
+            mma_bf16_z(c[mt][nt], a[mt], b.x, b.y);
+          else
+            mma_bf16(c[mt][nt], a[mt], b.x, b.y);
           if (!TF_MCTL(103)) mma_bf16(c[mt][nt], a[mt], b.z, b.w);  // planted: the lo part dropped
         }
       }
@@ -97,10 +118,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int64_t row = row0 + nt * 8 + 2 * t + e;
-              xsum[nt][e] = row < A.n_rows ? __ldg(A.xsum + row * groups32 + sl * 8 + j) : 0.0f;
-            }
+            for (int e = 0; e < 2; ++e) xsum[nt][e] = __ldg(xsp[nt][e] + j);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -123,7 +141,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 
 // Few rows: a warp per (MT x 16 outputs, slice), partials to memory, added in slice order by mma_reduce_kernel.
 template <int kType, int MT, int NT>
-__global__ void __launch_bounds__(128) mma_split_kernel(MmaArgs A) {
+__global__ void __launch_bounds__(128, NT == 1 ? 4 : 1) mma_split_kernel(MmaArgs A) {
   grid_wait();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile0 = (int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * MT, sl = blockIdx.y;
