@@ -269,13 +269,18 @@ void launch_mma(const MmaArgs& A) {
   if (A.n_rows <= kMmaSplitRows) {
     // Several tiles per warp keep more weight bytes in flight (one for the wide BF16 loads, which would spill); the
     // tile count never changes a row's sums.
+    // Under 128 output tiles (k and v, small models) a tile per warp spreads the slices over more blocks.
     constexpr int kWide = MmaF<kType>::kQ >= 64;
     constexpr int MT1 = kWide ? 1 : 4, MT2 = kWide ? 1 : 2;
-    const unsigned per_block = 4 * (A.n_rows <= 8 ? MT1 : MT2);
+    const bool narrow = tiles < 128;
+    const unsigned per_block = 4 * (A.n_rows <= 8 ? (narrow ? 1 : MT1) : MT2);
     const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
     switch ((A.n_rows + 7) / 8) {
       case 1:
-        launch_k(mma_split_kernel<kType, MT1, 1>, grid, 128, 0, A);
+        if (narrow)
+          launch_k(mma_split_kernel<kType, 1, 1>, grid, 128, 0, A);
+        else
+          launch_k(mma_split_kernel<kType, MT1, 1>, grid, 128, 0, A);
         break;
       case 2:
         launch_k(mma_split_kernel<kType, MT2, 2>, grid, 128, 0, A);
@@ -289,7 +294,7 @@ void launch_mma(const MmaArgs& A) {
     }
     return;
   }
-  constexpr int MT = 2, NT = 4;
+  constexpr int MT = 2, NT = 2;  // 32 x 16 per warp: NT = 4 needed more than 255 registers and spilled
   const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
   launch_k(mma_full_kernel<kType, MT, NT>, grid, 128, 0, A);
 }
