@@ -45,8 +45,9 @@ struct MmaArgs {
 };
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
-// Tiles and rows past the end read the last valid ones (clamped, not branched): their sums are never stored.
-template <int kType, int MT, int NT>
+// Tiles and rows past the end read the last valid ones (clamped, not branched): their sums are never stored. kOne:
+// only row 0 is stored, so the odd rows' scale steps are skipped (row 0's arithmetic is unchanged).
+template <int kType, int MT, int NT, bool kOne = false>
 __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
                                           float (&p)[MT][NT][4]) {
   using F = MmaF<kType>;
@@ -118,7 +119,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) xsum[nt][e] = __ldg(xsp[nt][e] + j);
+            for (int e = 0; e < 2; ++e) xsum[nt][e] = kOne && e == 1 ? 0.0f : __ldg(xsp[nt][e] + j);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -127,6 +128,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+              if (kOne && (e & 1)) continue;
               if constexpr (F::kScaled)
                 p[mt][nt][e] = fmaf(s[e >> 1].x, c[mt][nt][e], p[mt][nt][e]);
               else
@@ -140,14 +142,14 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 }
 
 // Few rows: a warp per (MT x 16 outputs, slice), partials to memory, added in slice order by mma_reduce_kernel.
-template <int kType, int MT, int NT>
+template <int kType, int MT, int NT, bool kOne = false>
 __global__ void __launch_bounds__(128, NT == 1 ? 4 : 1) mma_split_kernel(MmaArgs A) {
   grid_wait();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile0 = (int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * MT, sl = blockIdx.y;
   if (tile0 >= (A.w.n_out + 15) / 16) return;
   float p[MT][NT][4];
-  mma_slice<kType, MT, NT>(A, tile0, int(sl), 0, p);
+  mma_slice<kType, MT, NT, kOne>(A, tile0, int(sl), 0, p);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(128, NT == 1 ? 4 : 1) mma_split_kernel(MmaArgs
 
 // Few rows, a block per MT output tiles: warp w takes slices w, w+8, ... of a round and parks each slice's partial
 // in shared memory, then the block adds them in slice order: the split kernel's sums without a second kernel.
-template <int kType, int MT, int NT>
+template <int kType, int MT, int NT, bool kOne = false>
 __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
   grid_wait();
   extern __shared__ float sm_part[];  // [round][E]: lane-major, so a warp's stores and the adds hit 32 banks
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
     const int rn = A.w.slices - r0 < A.round ? A.w.slices - r0 : A.round;
     for (int j = warp; j < rn; j += 8) {
       float p[MT][NT][4];
-      mma_slice<kType, MT, NT>(A, tile0, r0 + j, 0, p);
+      mma_slice<kType, MT, NT, kOne>(A, tile0, r0 + j, 0, p);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -240,10 +242,11 @@ __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
 
 constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks or warps
 
-template <int kType, int NT>
+template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
   const int64_t tiles = (A.w.n_out + 15) / 16;
-  launch_k(mma_block_kernel<kType, 1, NT>, unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float), A);
+  launch_k(mma_block_kernel<kType, 1, NT, kOne>, unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float),
+           A);
 }
 
 template <int kType>
@@ -252,7 +255,10 @@ void launch_mma(const MmaArgs& A) {
   if (A.round > 0) {
     switch ((A.n_rows + 7) / 8) {
       case 1:
-        launch_block<kType, 1>(A);
+        if (A.n_rows == 1)
+          launch_block<kType, 1, true>(A);
+        else
+          launch_block<kType, 1>(A);
         break;
       case 2:
         launch_block<kType, 2>(A);
@@ -276,9 +282,13 @@ void launch_mma(const MmaArgs& A) {
     const unsigned per_block = 4 * (A.n_rows <= 8 ? (narrow ? 1 : MT1) : MT2);
     const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
     switch ((A.n_rows + 7) / 8) {
-      case 1:
-        if (narrow)
+      case 1:  // one row (decode) skips the other rows' scale steps
+        if (narrow && A.n_rows == 1)
+          launch_k(mma_split_kernel<kType, 1, 1, true>, grid, 128, 0, A);
+        else if (narrow)
           launch_k(mma_split_kernel<kType, 1, 1>, grid, 128, 0, A);
+        else if (A.n_rows == 1)
+          launch_k(mma_split_kernel<kType, MT1, 1, true>, grid, 128, 0, A);
         else
           launch_k(mma_split_kernel<kType, MT1, 1>, grid, 128, 0, A);
         break;
