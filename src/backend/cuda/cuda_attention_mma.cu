@@ -20,8 +20,7 @@ constexpr int kWarps = 8;
 constexpr int64_t kChunkKeys = kAttnChunkKeys;  // one 32-key block per warp
 static_assert(kChunkKeys == kWarps * 32);
 
-// A chunk's (m, l, o) folded into the running state in chunk order: the same two functions in the in-block pass and
-// the combine kernel, so both give the same bits.
+// Chunk folding shared by the in-block pass and the combine kernel, so both give the same bits.
 struct FoldW {
   float a, b, m;
 };
@@ -33,11 +32,7 @@ __device__ __forceinline__ float fold_value(float run, float v, const FoldW& w) 
   return __fadd_rn(__fmul_rn(run, w.a), __fmul_rn(v, w.b));
 }
 
-// One block per (tile of 16/G rows x G query heads of one KV head): M = 16 (row, head) pairs. Rows of different
-// sequences in a tile are taken in separate passes. Keys come in chunks of 256 at absolute positions, warp w taking
-// the chunk's 32-key block w; a chunk's warps are merged in warp order, then the chunks folded in chunk order: here
-// one after another (part null), or each chunk in its own block (blockIdx.z), parked in `part` for the combine
-// kernel. A row's bits depend only on its own query, keys and position.
+// A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
@@ -279,8 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         __syncthreads();
       }
       if (part) {
-        // The chunk's state parked for the combine kernel; a row whose keys all lie in chunk 0 is finished here
-        // (the fold of one chunk is that chunk).
+        // Parked for the combine kernel; a row within chunk 0 is finished here (one chunk's fold is that chunk).
         for (int i = warp; i < 16 * (D / 32); i += kWarps) {
           const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G, h = kvh * G + m % G;
           const int64_t r = row0 + e, col = int64_t(h) * D + d0;
@@ -328,18 +322,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The chunks of one (row, head) folded in chunk order, a warp per 32 columns (rows within one chunk were finished by
-// the attention kernel).
+// A (row, head)'s chunks folded in order, a warp per 32 columns; at most n_chunks were written for any row.
 template <int D>
 __global__ void __launch_bounds__(128) attention_combine_kernel(const float* part, int64_t n_rows, const int32_t* pos,
-                                                                int n_head, float* out, uint4* xs, float* xsum) {
+                                                                int n_head, int64_t chunks_written, float* out,
+                                                                uint4* xs, float* xsum) {
   grid_wait();
   const int lane = threadIdx.x & 31, groups = D / 32;
   const int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (task >= n_rows * n_head * groups) return;
   const int64_t r = task / (int64_t(n_head) * groups);
   const int h = int((task / groups) % n_head), d = int(task % groups) * 32 + lane;
-  const int64_t n_chunks = (int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) + kChunkKeys - 1) / kChunkKeys;
+  const int64_t keys_c = (int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) + kChunkKeys - 1) / kChunkKeys;
+  const int64_t n_chunks = keys_c < chunks_written ? keys_c : chunks_written;
   if (n_chunks <= 1) return;
   auto chunk = [&](int64_t c) { return part + ((c * n_rows + r) * n_head + h) * (D + 2); };
   float rm = chunk(0)[0], rl = chunk(0)[1], ro = chunk(0)[2 + d];
@@ -371,8 +366,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (n_rows == 0) return;
   upload_control();
   const int64_t rt = 16 / (n_head / n_kv_head);
-  // Few rows over more than one chunk: a block per chunk, then the combine kernel (the same bits as one block
-  // walking the chunks).
+  // Few rows over several chunks: a block per chunk, then the combine kernel (the bits of the in-block walk).
   const int64_t n_chunks = (chunks.max_keys + kChunkKeys - 1) / kChunkKeys;
   const bool parallel = chunks.part && n_rows <= chunks.max_rows && n_chunks > 1;
   if (parallel && n_chunks > chunks.max_chunks)
@@ -390,9 +384,10 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
     const int64_t warps = n_rows * n_head * (head_dim / 32);
     const unsigned blocks = unsigned((warps + 3) / 4);
     if (head_dim == 64)
-      launch_k(attention_combine_kernel<64>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
+      launch_k(attention_combine_kernel<64>, blocks, 128, 0, part, n_rows, pos, int(n_head), n_chunks, out, x4, xsum);
     else
-      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), out, x4, xsum);
+      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), n_chunks, out, x4,
+               xsum);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
