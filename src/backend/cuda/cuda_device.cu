@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,7 +14,49 @@ namespace {
 void check(cudaError_t e, const char* op) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
 }
+
+// Whether the loaded device code has griddepcontrol (grid_wait is empty below sm_90, e.g. JIT from older PTX).
+__global__ void pdl_probe_kernel(int* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
+bool g_pdl_code = false;
+
+bool probe_pdl_code(cudaStream_t s) {
+  int* d = nullptr;
+  int h = 0;
+  if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return cudaGetLastError(), false;
+  pdl_probe_kernel<<<1, 1, 0, s>>>(d);
+  const bool ok = cudaStreamSynchronize(s) == cudaSuccess &&
+                  cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(d);
+  if (!ok) cudaGetLastError();
+  return ok && h == 1;
+}
 }  // namespace
+
+cudaStream_t launch_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t t = nullptr;
+    check(cudaStreamCreate(&t), "stream create");
+    g_pdl_code = probe_pdl_code(t);  // before any capture can start, which needs this stream
+    return t;
+  }();
+  return s;
+}
+
+bool pdl_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("TF_CUDA_PDL");
+    launch_stream();
+    return !(v && v[0] == '0') && g_pdl_code;
+  }();
+  return on;
+}
 
 DeviceInfo device_info(int device) {
   cudaDeviceProp p{};

@@ -179,21 +179,4 @@ void copy_to_host(void* dst, const void* src, size_t n) {
 }
 void synchronize() { check(cudaDeviceSynchronize(), "synchronize"); }
 
-cudaStream_t launch_stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t t = nullptr;
-    check(cudaStreamCreate(&t), "stream create");
-    return t;
-  }();
-  return s;
-}
-
-bool pdl_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("TF_CUDA_PDL");
-    return !(v && v[0] == '0');
-  }();
-  return on;
-}
-
 }  // namespace tf::cuda

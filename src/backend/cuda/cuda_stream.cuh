@@ -8,12 +8,10 @@
 namespace tf::cuda {
 // The stream every kernel of the backend is launched on (one per process; blocking, so plain copies order with it).
 cudaStream_t launch_stream();
-// Programmatic dependent launch (TF_CUDA_PDL=0 turns it off): a kernel may be scheduled while the one before it
-// finishes; it waits for it (grid_wait) before touching memory, so only the launch gap is hidden.
+// Programmatic dependent launch, unless TF_CUDA_PDL=0 or the loaded kernels lack grid_wait's instruction.
 bool pdl_on();
 
-// First statement of every kernel: wait until the kernels before it have finished and their writes are visible,
-// then let the next kernel be scheduled (its blocks wait in the same way).
+// First statement of every kernel: wait for the kernels before it, then let the next one be scheduled.
 __device__ __forceinline__ void grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
