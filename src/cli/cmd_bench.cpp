@@ -85,7 +85,11 @@ Runner add_bench(CLI::App& app) {
       if (!o->streams.empty())
         for (int32_t v : parse_id_list(o->streams)) d.streams.push_back(v);
       if (!o->depths.empty())
-        for (int32_t v : parse_id_list(o->depths)) d.depths.push_back(v);
+        for (int32_t v : parse_id_list(o->depths)) {
+          if (v < 0 || v + o->tg > kCudaMaxContext)
+            fail("--depth {}: depth + -n {} must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
+          d.depths.push_back(v);
+        }
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

@@ -41,8 +41,7 @@ struct Decode {
   double tok_s = 0, device_ms = 0, wall_ms = 0;
 };
 
-// Greedy decode of one sequence, one row per forward, candidates only leaving the device, after `depth` prompt
-// tokens prefilled in `ubatch` rows (llama-bench's depth: decode at a long context).
+// Greedy one-row decode with candidates only leaving the device, after `depth` prompt tokens (llama-bench's depth).
 Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t ubatch = 512) {
   m.set_graphs(graphs);
   const int64_t page = 32, pages = (depth + n + page) / page + 1;
