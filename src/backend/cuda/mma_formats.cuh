@@ -13,8 +13,7 @@ __device__ __forceinline__ float mma_f16(uint32_t bits) { return __half2float(__
 __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
-// (w & mask) | 0x43004300 is 128 + q as bf16 (exponent 2^7, q in the 7-bit mantissa); bf16_sub then takes 128 +
-// bias away, exactly, as both are small integers. One LOP3 (the compiler splits an and-or with two constants into two).
+// (w & mask) | 0x43004300 in one LOP3: 128 + q as bf16, so bf16_sub takes 128 + bias off exactly.
 template <uint32_t kMask>
 __device__ __forceinline__ uint32_t bf16_magic(uint32_t w) {
   uint32_t d;

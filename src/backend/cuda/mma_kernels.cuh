@@ -45,8 +45,7 @@ struct MmaArgs {
 };
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
-// Tiles and rows past the end read the last valid ones (clamped, not branched): their sums are never stored. kOne:
-// only row 0 is stored, so the odd rows' scale steps are skipped (row 0's arithmetic is unchanged).
+// Reads past the last tile or row are clamped (never stored); kOne skips odd rows' scale steps (row 0 is kept).
 template <int kType, int MT, int NT, bool kOne = false>
 __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
                                           float (&p)[MT][NT][4]) {
@@ -273,9 +272,7 @@ void launch_mma(const MmaArgs& A) {
     return;
   }
   if (A.n_rows <= kMmaSplitRows) {
-    // Several tiles per warp keep more weight bytes in flight (one for the wide BF16 loads, which would spill); the
-    // tile count never changes a row's sums.
-    // Under 128 output tiles (k and v, small models) a tile per warp spreads the slices over more blocks.
+    // Tiles per warp (never changing a row's sums): four for bytes in flight, one for wide BF16 or under 128 tiles.
     constexpr int kWide = MmaF<kType>::kQ >= 64;
     constexpr int MT1 = kWide ? 1 : 4, MT2 = kWide ? 1 : 2;
     const bool narrow = tiles < 128;
@@ -304,7 +301,7 @@ void launch_mma(const MmaArgs& A) {
     }
     return;
   }
-  constexpr int MT = 2, NT = 2;  // 32 x 16 per warp: NT = 4 needed more than 255 registers and spilled
+  constexpr int MT = 2, NT = 2;  // 32 x 16 per warp keeps the three accumulator sets within the register file
   const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
   launch_k(mma_full_kernel<kType, MT, NT>, grid, 128, 0, A);
 }

@@ -11,10 +11,11 @@
 
 namespace tf {
 
-// The llama family on one CUDA device: weights copied to device memory as the file stores them, KV pages on the
-// device, every kernel row-invariant, decode-shaped rounds replayed as CUDA graphs.
 // Rows up to which decode attention runs a block per 256-key chunk (their partials are sized for this many).
 constexpr int64_t kAttnChunkRows = 32;
+
+// The llama family on one CUDA device: weights copied to device memory as the file stores them, KV pages on the
+// device, every kernel row-invariant, decode-shaped rounds replayed as CUDA graphs.
 
 class LlamaCudaModel : public Model {
  public:

@@ -203,8 +203,7 @@ const bool kRegistered = register_family(FamilyEntry {
     {},
     {},
 #endif
-      {}, {}, {}
-});
+    {}, {}, {}});
 }  // namespace
 
 }  // namespace tf
