@@ -279,13 +279,19 @@ void launch_mma(const MmaArgs& A) {
     const unsigned per_block = 4 * (A.n_rows <= 8 ? (narrow ? 1 : MT1) : MT2);
     const dim3 grid(unsigned((tiles + per_block - 1) / per_block), unsigned(A.w.slices));
     switch ((A.n_rows + 7) / 8) {
-      case 1:  // one row (decode) skips the other rows' scale steps
-        if (narrow && A.n_rows == 1)
-          launch_k(mma_split_kernel<kType, 1, 1, true>, grid, 128, 0, A);
-        else if (narrow)
+      case 1:
+        // One row skips the other rows' scale steps where formats have mins (without them it gains nothing).
+        if constexpr (MmaF<kType>::kMin) {
+          if (A.n_rows == 1) {
+            if (narrow)
+              launch_k(mma_split_kernel<kType, 1, 1, true>, grid, 128, 0, A);
+            else
+              launch_k(mma_split_kernel<kType, MT1, 1, true>, grid, 128, 0, A);
+            break;
+          }
+        }
+        if (narrow)
           launch_k(mma_split_kernel<kType, 1, 1>, grid, 128, 0, A);
-        else if (A.n_rows == 1)
-          launch_k(mma_split_kernel<kType, MT1, 1, true>, grid, 128, 0, A);
         else
           launch_k(mma_split_kernel<kType, MT1, 1>, grid, 128, 0, A);
         break;
