@@ -5,6 +5,8 @@
 #include <fstream>
 #include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "cli/bench_device.h"
@@ -72,24 +74,31 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--streams", o->streams, "device backend: aggregate decode at these stream counts, e.g. 1,8,32,128");
   c->add_option("--depth", o->depths, "device backend: decode also after these prompt lengths, e.g. 4096,16384");
   return [o] {
+    // Depths are checked before the model loads, so a bad list fails at once on any machine.
+    std::vector<int64_t> depths;
+    if (!o->depths.empty())
+      for (int32_t v : parse_id_list(o->depths, "--depth length")) {
+        if (v < 0 || v + o->tg > kCudaMaxContext)
+          fail("--depth {}: depth + -n {} must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
+        depths.push_back(v);
+      }
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, "", o->backend);
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--depth", !depths.empty()},
+                                      {"--pp-list", !o->pp_list.empty()}, {"--streams", !o->streams.empty()}})
+      if (given && m.backend.name != "cuda") fail("{} is measured by the device benchmark only (--backend cuda)", flag);
     if (m.backend.name == "cuda") {
       if (o->tg < 3) fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
       DeviceBenchOptions d;
       d.model = o->model;
       d.pp.clear();
-      for (int32_t v : parse_id_list(o->pp_list.empty() ? std::to_string(o->pp) : o->pp_list)) d.pp.push_back(v);
+      for (int32_t v : parse_id_list(o->pp_list.empty() ? std::to_string(o->pp) : o->pp_list, "--pp-list length"))
+        d.pp.push_back(v);
       d.tg = o->tg;
       d.ubatch = o->ubatch;
       if (!o->streams.empty())
-        for (int32_t v : parse_id_list(o->streams)) d.streams.push_back(v);
-      if (!o->depths.empty())
-        for (int32_t v : parse_id_list(o->depths)) {
-          if (v < 0 || v + o->tg > kCudaMaxContext)
-            fail("--depth {}: depth + -n {} must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
-          d.depths.push_back(v);
-        }
+        for (int32_t v : parse_id_list(o->streams, "--streams count")) d.streams.push_back(v);
+      d.depths = depths;
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

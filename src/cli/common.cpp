@@ -14,7 +14,7 @@ void add_model_mode_flags(CLI::App* c, int& thinking, bool& qat) {
   c->add_flag_callback("--no-qat", [&qat] { qat = false; }, "DeepSeek-V4: skip the release's FP8/FP4 roundings");
 }
 
-std::vector<int32_t> parse_id_list(const std::string& s) {
+std::vector<int32_t> parse_id_list(const std::string& s, const char* what) {
   std::vector<int32_t> out;
   std::string cur;
   auto flush = [&] {
@@ -25,7 +25,7 @@ std::vector<int32_t> parse_id_list(const std::string& s) {
       if (used != cur.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(cur);
       out.push_back(int32_t(v));
     } catch (const std::exception&) {
-      fail("'{}' is not a token id", cur);
+      fail("'{}' is not a {}", cur, what);
     }
     cur.clear();
   };

@@ -17,7 +17,7 @@ Runner add_detokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
-std::vector<int32_t> parse_id_list(const std::string& s);  // "1,2,3" (spaces allowed)
+std::vector<int32_t> parse_id_list(const std::string& s, const char* what = "token id");  // "1,2,3", spaces allowed
 // --thinking / --no-thinking and --no-qat (DeepSeek-V4), for run, chat and serve.
 void add_model_mode_flags(CLI::App* c, int& thinking, bool& qat);
 std::vector<std::string> read_lines(const std::string& path);  // split on '\n', raw bytes

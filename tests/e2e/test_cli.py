@@ -182,3 +182,18 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
     assert proc.returncode != 0 and "head size 48" in proc.stdout + proc.stderr, shown(proc)
     auto = tf(tf_bin, "info", path, "--backend", "auto", timeout=60)
     assert re.search(r"^backend:\s+cpu: CUDA cannot run this model: .*head size 48", auto.stdout, re.M), shown(auto)
+
+
+@pytest.mark.parametrize("args,named", [(["--depth=-1"], "'-1' is not a --depth length"),
+                                        (["--depth", "49100", "-n", "128"], "CUDA context limit of 49152"),
+                                        (["--depth", "4x"], "'4x' is not a --depth length")])
+def test_bench_refuses_a_bad_depth_before_loading(tf_bin, model_path, args, named):
+    proc = tf(tf_bin, "bench", model_path, *args, timeout=60)
+    assert proc.returncode != 0 and "--depth" in proc.stderr and named in proc.stderr, shown(proc)
+
+
+@pytest.mark.parametrize("flag,value", [("--depth", "512"), ("--streams", "1,2"), ("--pp-list", "16,32")])
+def test_bench_refuses_device_options_on_the_cpu(tf_bin, model_path, flag, value):
+    proc = tf(tf_bin, "bench", model_path, "--backend", "cpu", "-p", "8", "-n", "4", "-r", "1", flag, value, timeout=120)
+    assert proc.returncode != 0 and f"{flag} is measured by the device benchmark only" in proc.stderr, shown(proc)
+    assert "tok/s" not in proc.stdout, shown(proc)
