@@ -37,6 +37,18 @@ double matmul_params(const GgufFile& f) {
   return p;
 }
 
+// n random prompt tokens written into the lease's pages, `ubatch` rows per forward, logits of the last one only.
+void prefill(Model& m, const KvLease& lease, int64_t n, int64_t ubatch, uint32_t seed) {
+  const auto ids = random_ids(n, m.info().n_vocab, seed);
+  std::vector<float> logits(static_cast<size_t>(m.info().n_vocab));
+  for (int64_t b = 0; b < n; b += ubatch) {
+    std::vector<BatchRow> rows;
+    for (int64_t i = b; i < std::min(n, b + ubatch); ++i)
+      rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1});
+    m.forward(rows, logits.data());
+  }
+}
+
 struct Decode {
   double tok_s = 0, device_ms = 0, wall_ms = 0;
 };
@@ -48,16 +60,7 @@ Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t u
   KvCache kv(pages, page, 0);
   m.bind_kv(pages, page);
   KvLease lease = *kv.acquire({}, depth + n + 1);
-  if (depth > 0) {
-    const auto ids = random_ids(depth, m.info().n_vocab, 11);
-    std::vector<float> logits(static_cast<size_t>(m.info().n_vocab));
-    for (int64_t b = 0; b < depth; b += ubatch) {
-      std::vector<BatchRow> rows;
-      for (int64_t i = b; i < std::min(depth, b + ubatch); ++i)
-        rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == depth - 1});
-      m.forward(rows, logits.data());
-    }
-  }
+  if (depth > 0) prefill(m, lease, depth, ubatch, 11);
   std::vector<RowCandidates> cand;
   int32_t tok = 1;
   double dev = 0;
@@ -79,15 +82,8 @@ double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed) {
   KvCache kv(pages, page, 0);
   m.bind_kv(pages, page);
   KvLease lease = *kv.acquire({}, n);
-  auto ids = random_ids(n, m.info().n_vocab, seed);
-  std::vector<float> logits(static_cast<size_t>(m.info().n_vocab));
   double t0 = now_s();
-  for (int64_t b = 0; b < n; b += ubatch) {
-    std::vector<BatchRow> rows;
-    for (int64_t i = b; i < std::min(n, b + ubatch); ++i)
-      rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1});
-    m.forward(rows, logits.data());
-  }
+  prefill(m, lease, n, ubatch, seed);
   return double(n) / (now_s() - t0);
 }
 
