@@ -194,6 +194,7 @@ def test_bench_refuses_a_bad_depth_before_loading(tf_bin, model_path, args, name
 
 @pytest.mark.parametrize("flag,value", [("--depth", "512"), ("--streams", "1,2"), ("--pp-list", "16,32")])
 def test_bench_refuses_device_options_on_the_cpu(tf_bin, model_path, flag, value):
-    proc = tf(tf_bin, "bench", model_path, "--backend", "cpu", "-p", "8", "-n", "4", "-r", "1", flag, value, timeout=120)
+    proc = tf(tf_bin, "bench", model_path, "--backend", "cpu", "-p", "8", "-n", "4", "-r", "1", flag, value,
+              timeout=120)
     assert proc.returncode != 0 and f"{flag} is measured by the device benchmark only" in proc.stderr, shown(proc)
     assert "tok/s" not in proc.stdout, shown(proc)

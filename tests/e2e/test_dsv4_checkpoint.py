@@ -117,7 +117,8 @@ CONFIG_CASES = [
     ("norm_topk", lambda c: c.update(norm_topk_prob=False), "'norm_topk_prob' false is not supported"),
     ("odd rope dim", lambda c: c.update(qk_rope_head_dim=7), "'qk_rope_head_dim' 7 must be even"),
     ("index dim power", lambda c: c.update(index_head_dim=12), "'index_head_dim' 12 is not a power of two"),
-    ("rope type", lambda c: c["rope_scaling"].update(rope_type="linear"), "'rope_scaling.rope_type' is 'linear', which is not supported"),
+    ("rope type", lambda c: c["rope_scaling"].update(rope_type="linear"),
+     "'rope_scaling.rope_type' is 'linear', which is not supported"),
     ("fp8 experts", lambda c: c.update(expert_dtype="fp8"),
      "'layers.0.ffn.experts.0.w1.weight' is I8; the release stores it as F8_E4M3"),
 ]
