@@ -172,6 +172,15 @@ def test_mtp_drafts_match_the_float64_reference(tf_bin, tiny, ids, tmp_path):
     assert got_ids == ref_ids
 
 
+def test_mtp_drafts_refused_without_an_mtp_layer_or_with_one_token(tf_bin, tiny, model_path, tmp_path):
+    cases = [(tiny, "5", "MTP drafts need at least two tokens"),
+             (model_path, "1,2,3", "this model has no MTP layer to draft with")]
+    for model, tokens, expect in cases:
+        proc = subprocess.run([tf_bin, "logits", str(model), "--tokens", tokens, "--out", str(tmp_path / "l.npy"),
+                               "--mtp-drafts", "2"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and expect in proc.stderr, (model, proc.stderr)
+
+
 def test_mtp_drafted_equals_serial(tf_bin, tiny, tmp_path):
     import urllib.request
 
