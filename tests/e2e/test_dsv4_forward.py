@@ -218,6 +218,13 @@ def test_tool_messages_refused_by_name(server):
                                                               {"role": "tool", "content": "42"}]}
     status, got, raw = post_json(server.base_url, "/v1/chat/completions", req)
     assert status == 400 and got["error"]["param"] == "messages[1].role", raw
+    assert "'tool' messages are not supported by the DeepSeek-V4 chat encoding" in got["error"]["message"], raw
+    req = {"model": MODEL_ID, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"},
+                                                              {"role": "assistant", "content": "a",
+                                                               "reasoning_content": 7}]}
+    status, got, raw = post_json(server.base_url, "/v1/chat/completions", req)
+    assert status == 400 and got["error"]["param"] == "messages[1].reasoning_content", raw
+    assert "'messages[1].reasoning_content' must be a string" in got["error"]["message"], raw
     assert ids_of(generate(server, COMPLETIONS, body("hello", n=2))), "the server keeps serving"
 
 
