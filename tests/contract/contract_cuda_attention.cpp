@@ -27,6 +27,10 @@ std::string check_split_output(const float* dq, int64_t qs, int64_t rows, const 
   auto wb = random_weight(GgmlType::Q8_0, n, O, rng);
   void* dw = cuda::device_alloc(cuda::device_matrix_bytes(GgmlType::Q8_0, n, O));
   const cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::Q8_0, wb.data(), n, O, dw);
+  if (!m.mma) {
+    cuda::device_free(dw);
+    return fmt::format("hd {}: the check's matrix is not in the tensor-core layout", hd);
+  }
   float* o2 = static_cast<float*>(cuda::device_alloc(size_t(rows * n) * 4));
   void* xs = cuda::device_alloc(size_t(rows * n) * 4);
   float* xsum = static_cast<float*>(cuda::device_alloc(size_t(rows * n / 32) * 4));

@@ -244,6 +244,9 @@ std::string check_cuda_split_producers() {
     cuda::gemv(m1, a.p, rows, ya.p);
     cuda::gemv(m1, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
     if (auto why = same("rmsnorm"); !why.empty()) return why;
+    const auto na = a.get(), nb = b.get();
+    if (int64_t d = first_bit_difference(na.data(), nb.data(), size_t(rows * E)); d >= 0)
+      return fmt::format("rmsnorm rows={}: the split form's own output differs at {}", rows, d);
     cuda::swiglu_pairs(gu.p, rows, F, a.p);
     cuda::swiglu_pairs(gu.p, rows, F, b.p, xs.p, xsum.p);
     cuda::gemv(m2, a.p, rows, ya.p);
