@@ -259,9 +259,10 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   dev.free_bytes += (kv_ ? old : 0) + att_part_bytes_;  // the old pool and partials go first
   if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes)
     fail(
-        "the KV pool ({} pages of {} tokens) needs {:.2f} GiB of device memory but {:.2f} GiB is free; lower "
-        "--parallel, --context or --prompt-cache-gib",
-        n_pages, page_size, double(bytes) / double(1ull << 30), double(dev.free_bytes) / double(1ull << 30));
+        "the KV pool ({} pages of {} tokens) and its attention partials need {:.2f} GiB of device memory but {:.2f} "
+        "GiB is free; lower --parallel, --context or --prompt-cache-gib",
+        n_pages, page_size, double(bytes + att_bytes) / double(1ull << 30),
+        double(dev.free_bytes) / double(1ull << 30));
   drop_graphs();  // graphs hold the old pool's address
   if (kv_) cuda::device_free(kv_);
   kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
