@@ -31,6 +31,17 @@ __device__ __forceinline__ FoldW fold_weights(float run_m, float m) {
 __device__ __forceinline__ float fold_value(float run, float v, const FoldW& w) {
   return __fadd_rn(__fmul_rn(run, w.a), __fmul_rn(v, w.b));
 }
+// Keys a row attends (planted 141: one past its causal limit).
+__device__ __forceinline__ int64_t row_keys(const int32_t* pos, int64_t r) {
+  return int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0);
+}
+// A warp's 32 output columns of a finished row: o / l, stored plain and split for the output product.
+__device__ __forceinline__ void store_row(float o, float l, int64_t r, int64_t col, int64_t width, float* out,
+                                          uint4* xs, float* xsum) {
+  const float y = __fdiv_rn(o, l);
+  out[r * width + col + (threadIdx.x & 31)] = y;
+  if (xs) split_group_warp(TF_DCTL(143) ? o : y, r, col / 32, width, xs, xsum);  // planted 143: split before the divide
+}
 
 // A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
 template <int D>
@@ -59,7 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     // This pass: the tile's rows of `seq`; M row m is (row m / G, head m % G).
     int64_t n_keys = 0;
     for (int e = first; e < RT && row0 + e < n_rows; ++e)
-      if (row_seq[row0 + e] == seq) n_keys = max(n_keys, int64_t(pos[row0 + e]) + 1 + (TF_DCTL(141) ? 1 : 0));
+      if (row_seq[row0 + e] == seq) n_keys = max(n_keys, row_keys(pos, row0 + e));
     const int64_t n_chunks = n_keys > 0 ? (n_keys + kChunkKeys - 1) / kChunkKeys : 1;  // a pass always folds chunk 0
     if (part && int64_t(blockIdx.z) >= n_chunks) continue;  // this block's chunk holds none of the pass's keys
     int64_t lim[2];  // per M row of this lane: keys allowed (0: row not in the pass)
@@ -69,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int m = g + 8 * hr, e = m / G;
       const int64_t r = row0 + e;
       const bool act = m < RT * G && r < n_rows && row_seq[r] == seq;
-      lim[hr] = act ? int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) : 0;
+      lim[hr] = act ? row_keys(pos, r) : 0;
       const float* qr = q + r * q_stride + (int64_t(kvh) * G + m % G) * D;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -282,10 +293,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           float* pp = part + ((c * n_rows + r) * n_head + h) * (D + 2);
           if (lane == 0 && d0 == 0) pp[0] = sm_M[m], pp[1] = sm_L[m];
           pp[2 + d0 + lane] = sm_o[m][d0 + lane];
-          if (c > 0 || int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) > kChunkKeys) continue;
-          const float y = __fdiv_rn(sm_o[m][d0 + lane], sm_L[m]);
-          out[r * n_head * D + col + lane] = y;
-          if (xs) split_group_warp(TF_DCTL(143) ? sm_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
+          if (c > 0 || row_keys(pos, r) > kChunkKeys) continue;
+          store_row(sm_o[m][d0 + lane], sm_L[m], r, col, int64_t(n_head) * D, out, xs, xsum);
         }
       } else {
         // Fold into the running state: chunk 0 always, later chunks when they saw an unmasked key of the row.
@@ -314,9 +323,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
       const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
       if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-      const float y = __fdiv_rn(run_o[m][d0 + lane], run_l[m]);
-      out[r * n_head * D + col + lane] = y;
-      if (xs) split_group_warp(TF_DCTL(143) ? run_o[m][d0 + lane] : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
+      store_row(run_o[m][d0 + lane], run_l[m], r, col, int64_t(n_head) * D, out, xs, xsum);
     }
     __syncthreads();
   }
@@ -333,7 +340,7 @@ __global__ void __launch_bounds__(128) attention_combine_kernel(const float* par
   if (task >= n_rows * n_head * groups) return;
   const int64_t r = task / (int64_t(n_head) * groups);
   const int h = int((task / groups) % n_head), d = int(task % groups) * 32 + lane;
-  const int64_t keys_c = (int64_t(pos[r]) + 1 + (TF_DCTL(141) ? 1 : 0) + kChunkKeys - 1) / kChunkKeys;
+  const int64_t keys_c = (row_keys(pos, r) + kChunkKeys - 1) / kChunkKeys;
   const int64_t n_chunks = keys_c < chunks_written ? keys_c : chunks_written;
   if (n_chunks <= 1) return;
   auto chunk = [&](int64_t c) { return part + ((c * n_rows + r) * n_head + h) * (D + 2); };
@@ -345,10 +352,7 @@ __global__ void __launch_bounds__(128) attention_combine_kernel(const float* par
     const FoldW fw = fold_weights(rm, pc[0]);
     rl = fold_value(rl, pc[1], fw), ro = fold_value(ro, pc[2 + d], fw), rm = fw.m;
   }
-  const float y = __fdiv_rn(ro, rl);
-  const int64_t col = int64_t(h) * D + d - lane;
-  out[r * n_head * D + col + lane] = y;
-  if (xs) split_group_warp(TF_DCTL(143) ? ro : y, r, col / 32, int64_t(n_head) * D, xs, xsum);
+  store_row(ro, rl, r, int64_t(h) * D + d - lane, int64_t(n_head) * D, out, xs, xsum);
 }
 
 }  // namespace
