@@ -9,14 +9,10 @@ cd "$(dirname "$0")/../.."
 NAMES=$1
 LOGS=${2:-${OUT:-gpu-logs}}
 L=$LOGS/ab.txt
-mkdir -p "$LOGS" /opt/tfdeps
-for f in .gpu-deps/*.deb; do dpkg -x "$f" /opt/tfdeps; done
+mkdir -p "$LOGS"
+SKIP_BINS=1 bash tools/gpu/gpu_prebuilt.sh "$LOGS" > /dev/null
 export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for v in $NAMES; do mkdir -p "/tmp/ab/$v" && tar -xJf ".gpubin/$v.tar.xz" -C "/tmp/ab/$v"; done
-if [ ! -f /tmp/q4.gguf ]; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlg/*.whl
-  PYTHONPATH=/tmp/site python3 tools/fixtures/gen_llama_gguf.py --shape 8b --mix q4_k_m --out /tmp/q4.gguf > /dev/null
-fi
 first=${NAMES%% *}
 if [ "${CONTRACT:-1}" = 1 ]; then
   echo "== contract $first" >> "$L"
@@ -32,11 +28,5 @@ for v in $NAMES; do
   timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
     2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
 done
-if [ -n "${PROFILE:-}" ]; then
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 200 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum "/tmp/ab/$PROFILE/tensorfold" bench \
-    /tmp/q4.gguf --backend cuda -p 1 -n 4 -r 1 > "$LOGS/ncu_$PROFILE.csv" 2> "$LOGS/ncu_$PROFILE.err"
-  python3 tools/gpu/kernel_times.py "$LOGS/ncu_$PROFILE.csv" 9 > "$LOGS/kernels_$PROFILE.txt" 2>&1
-  head -30 "$LOGS/kernels_$PROFILE.txt" >> "$L"
-fi
+[ -z "${PROFILE:-}" ] || BIN="/tmp/ab/$PROFILE/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"
 cat "$L"

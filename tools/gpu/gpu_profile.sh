@@ -6,12 +6,13 @@ cd "$(dirname "$0")/../.."
 MODEL=$1
 LOGS=${2:-${OUT:-gpu-logs}}
 TOKENS=${TOKENS:-8}
+BIN=${BIN:-build/cuda-release/tensorfold}
 mkdir -p "$LOGS"
 export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu here"; exit 1; }
 name=$(basename "$MODEL" .gguf)
 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum \
-  build/cuda-release/tensorfold bench "$MODEL" --backend cuda -p 1 -n "$TOKENS" -r 1 > "$LOGS/ncu_$name.csv" 2> "$LOGS/ncu_$name.err"
+  "$BIN" bench "$MODEL" --backend cuda -p 1 -n "$TOKENS" -r 1 > "$LOGS/ncu_$name.csv" 2> "$LOGS/ncu_$name.err"
 # bench decodes TOKENS with graphs and TOKENS without after a one-token prefill
 python3 tools/gpu/kernel_times.py "$LOGS/ncu_$name.csv" $((2 * TOKENS + 1)) | tee "$LOGS/kernels_$name.txt" | head -40
