@@ -233,28 +233,26 @@ std::string check_cuda_split_producers() {
     Buf<float> a(std::vector<float>(size_t(rows * E + 1))), b(std::vector<float>(size_t(rows * E + 1)));
     Buf<float> xs(std::vector<float>(size_t(rows * E))), xsum(std::vector<float>(size_t(rows * E / 32)));
     Buf<float> ya(std::vector<float>(size_t(rows * O))), yb(std::vector<float>(size_t(rows * O)));
-    auto same = [&](const char* what) -> std::string {
+    // The product of the producer's split and the producer's own plain output both equal the plain path's.
+    auto same = [&](const char* what, int64_t width) -> std::string {
       const auto p = ya.get(), q = yb.get();
       if (int64_t d = first_bit_difference(p.data(), q.data(), p.size()); d >= 0)
         return fmt::format("{} rows={}: the product of the producer's split differs at {}", what, rows, d);
+      const auto u = a.get(), v = b.get();
+      if (int64_t d = first_bit_difference(u.data(), v.data(), size_t(rows * width)); d >= 0)
+        return fmt::format("{} rows={}: the split form's own output differs at {}", what, rows, d);
       return {};
     };
     cuda::rmsnorm(x.p, wn.p, rows, E, 1e-5f, a.p);
     cuda::rmsnorm(x.p, wn.p, rows, E, 1e-5f, b.p, xs.p, xsum.p);
     cuda::gemv(m1, a.p, rows, ya.p);
     cuda::gemv(m1, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
-    if (auto why = same("rmsnorm"); !why.empty()) return why;
-    const auto na = a.get(), nb = b.get();
-    if (int64_t d = first_bit_difference(na.data(), nb.data(), size_t(rows * E)); d >= 0)
-      return fmt::format("rmsnorm rows={}: the split form's own output differs at {}", rows, d);
+    if (auto why = same("rmsnorm", E); !why.empty()) return why;
     cuda::swiglu_pairs(gu.p, rows, F, a.p);
     cuda::swiglu_pairs(gu.p, rows, F, b.p, xs.p, xsum.p);
     cuda::gemv(m2, a.p, rows, ya.p);
     cuda::gemv(m2, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
-    if (auto why = same("swiglu"); !why.empty()) return why;
-    const auto p = a.get(), q = b.get();
-    if (int64_t d = first_bit_difference(p.data(), q.data(), size_t(rows * F)); d >= 0)
-      return fmt::format("swiglu rows={}: the split form's own output differs at {}", rows, d);
+    if (auto why = same("swiglu", F); !why.empty()) return why;
   }
   return {};
 }
