@@ -44,16 +44,20 @@ __device__ __forceinline__ void store_row(float o, float l, int64_t r, int64_t c
 }
 
 // A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
+// A chunk's eight 32-key blocks are shared by all warps (Q K^T by 8-key tile, a block's softmax by one warp, P V by
+// 8-column groups) with the arithmetic of one warp per block, so a lone short block does not leave seven warps idle.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
   grid_wait();
+  constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
   __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16], sm_M[16];
   __shared__ int sm_first[16];
+  __shared__ uint4 sm_frag[kWarps][4][32];  // per 32-key block: its four score tiles, then P's hi and lo fragments
   __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
-  __shared__ float run_m[16], run_l[16], run_a[16], run_b[16], run_o[16][D + 4];
+  __shared__ float run_a[16], run_b[16], run_m[16], run_l[16];
   __shared__ bool run_take[16];
   const int G = n_head / n_kv_head, RT = 16 / G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -92,49 +96,59 @@ __global__ void __launch_bounds__(kWarps * 32)
         bf16_split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
       }
     }
+    // This warp's columns of the chunk's merged output, as (M row, column).
+    auto put = [&](const float(&x)[kDn][4]) {
+#pragma unroll
+      for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sm_o[g + 8 * (e >> 1)][(warp * kDn + dd) * 8 + 2 * t + (e & 1)] = x[dd][e];
+    };
+    float run[kDn][4];  // the pass's running output at this warp's columns
     const int64_t c_first = part ? int64_t(blockIdx.z) : 0, c_end = part ? c_first + 1 : n_chunks;
     for (int64_t c = c_first; c < c_end; ++c) {
-      float o[D / 8][4], mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+      const int64_t kb = c * kChunkKeys;
+      const int n_tiles = n_keys > kb ? int((min(kChunkKeys, n_keys - kb) + 7) / 8) : 0;
+      // Q K^T by 8-key tile; tiles past the last key are never read (their scores are masked whatever they hold),
+      // keys past the sequence inside a tile read key 0.
+      for (int i = warp; i < n_tiles; i += kWarps) {
+        const int64_t j = kb + 8 * i + g;
+        const float* kr = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
+        float2 ka[D / 16], kc[D / 16];
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-      const int64_t b = c * kWarps + warp;
-      if (b * 32 < n_keys) {
+        for (int kk = 0; kk < D / 16; ++kk) {
+          ka[kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t);
+          kc[kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
+        }
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t kh0, kl0, kh1, kl1;
+          bf16_split2(ka[kk].x, ka[kk].y, kh0, kl0);
+          bf16_split2(kc[kk].x, kc[kk].y, kh1, kl1);
+          mma_m16n8k16(s, qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
+          mma_m16n8k16(s, qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
+          mma_m16n8k16(s, ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
+        }
+        sm_frag[i >> 2][i & 3][lane] =
+            make_uint4(__float_as_uint(s[0]), __float_as_uint(s[1]), __float_as_uint(s[2]), __float_as_uint(s[3]));
+      }
+      __syncthreads();
+      // Warp w's block: scaled, causally masked scores, its row maxima and sums, and P split into fragments.
+      float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+      if (kb + 32 * warp < n_keys) {
         float s[4][4];
-        // Keys past the sequence read key 0 (their scores are masked below, whatever they hold). The four row
-        // addresses first, then each 8-key tile's whole row loaded before its products: one wait per tile.
-        const float* kr[4];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          const int64_t j = b * 32 + nt * 8 + g;
-          kr[nt] = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
+          const uint4 v = sm_frag[warp][nt][lane];
+          s[nt][0] = __uint_as_float(v.x), s[nt][1] = __uint_as_float(v.y), s[nt][2] = __uint_as_float(v.z),
+          s[nt][3] = __uint_as_float(v.w);
         }
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-          float2 ka[D / 16], kc[D / 16];
-#pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
-            ka[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t);
-            kc[kk] = *reinterpret_cast<const float2*>(kr[nt] + 16 * kk + 2 * t + 8);
-          }
-#pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
-            const float2 a = ka[kk], c = kc[kk];
-            uint32_t kh0, kl0, kh1, kl1;
-            bf16_split2(a.x, a.y, kh0, kl0);
-            bf16_split2(c.x, c.y, kh1, kl1);
-            mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
-            mma_m16n8k16(s[nt], qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
-            mma_m16n8k16(s[nt], ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
-          }
-        }
-        // Scaled, causally masked scores; the block's row maxima and the running state's rescale.
         float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int64_t j = b * 32 + nt * 8 + 2 * t + (e & 1);
+            const int64_t j = kb + 32 * warp + nt * 8 + 2 * t + (e & 1);
             s[nt][e] = j < lim[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
             bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
           }
@@ -161,92 +175,23 @@ __global__ void __launch_bounds__(kWarps * 32)
           rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
           lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
         }
-#pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[dn][e] = __fmul_rn(o[dn][e], alpha[e >> 1]);
-            // P (as the A operand, keys along k) times V, 16 keys per step.
+        // P as the A operand (keys along k), 16 keys per step; each lane overwrites only its own scores.
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-          uint32_t ph[4], pl[4];
-          bf16_split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-          bf16_split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-          bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-          bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-          const int64_t j0 = b * 32 + 16 * kk + 2 * t;
-          const float* vr[4];
-          bool vin[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
-            vin[i] = j < n_keys;
-            vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
-          }
-          // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a row.
-          auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
-          const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
-                                  bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
-          // Eight 8-column groups of values loaded at once, then their products.
-#pragma unroll
-          for (int d0 = 0; d0 < D / 8; d0 += 8) {
-            float vv[8][4];
-#pragma unroll
-            for (int dd = 0; dd < 8; ++dd)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) vv[dd][i] = vr[i][(d0 + dd) * 8 + g];
-            bool any_bad = false;
-#pragma unroll
-            for (int dd = 0; dd < 8; ++dd)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                vv[dd][i] = vin[i] ? vv[dd][i] : 0.0f;
-                any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
-              }
-            if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
-#pragma unroll
-              for (int dd = 0; dd < 8; ++dd) {
-                uint32_t vh0, vl0, vh1, vl1;
-                bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
-                bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
-                mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-                mma_m16n8k16(o[d0 + dd], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-                mma_m16n8k16(o[d0 + dd], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-              }
-              continue;
-            }
-#pragma unroll
-            for (int dd = 0; dd < 8; ++dd) {
-              const int dn = d0 + dd;
-              float v[4];
-              bool bad[4];
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
-                v[i] = vv[dd][i];
-                bad[i] = !isfinite(v[i]);
-                if (bad[i]) v[i] = 0.0f;
-              }
-              uint32_t vh0, vl0, vh1, vl1;
-              bf16_split2(v[0], v[1], vh0, vl0);
-              bf16_split2(v[2], v[3], vh1, vl1);
-              mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vh0, vh1);
-              mma_m16n8k16(o[dn], ph[0], ph[1], ph[2], ph[3], vl0, vl1);
-              mma_m16n8k16(o[dn], pl[0], pl[1], pl[2], pl[3], vh0, vh1);
-              // Per output: unmasked keys whose value is not finite.
-              float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                if (hits[e] > 0.0f) o[dn][e] = __int_as_float(0x7fffffff);
-            }
-          }
+          uint4 h, l;
+          bf16_split2(s[2 * kk][0], s[2 * kk][1], h.x, l.x);
+          bf16_split2(s[2 * kk][2], s[2 * kk][3], h.y, l.y);
+          bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], h.z, l.z);
+          bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], h.w, l.w);
+          sm_frag[warp][2 * kk][lane] = h, sm_frag[warp][2 * kk + 1][lane] = l;
         }
       }
-      // Merge in warp order the warps that saw an unmasked key of the row (all of them if none did): M = max m_w,
-      // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A warp's part depends only on the row's own limit.
       if (t == 0)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
       __syncthreads();
+      // The blocks that saw an unmasked key of the row (all of them if none did) merge in block order: M = max m_w,
+      // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends only on the row's own limit.
       if (threadIdx.x < 16) {
         const int m = threadIdx.x;
         float M = -INFINITY, L = 0.0f;
@@ -263,28 +208,98 @@ __global__ void __launch_bounds__(kWarps * 32)
         sm_first[m] = lead;
       }
       __syncthreads();
-      bool in_merge[2];
-      int lead[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int m = g + 8 * hr;
-        in_merge[hr] = sm_first[m] < 0 || sm_m[warp][m] != -INFINITY;
-        lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
-      }
+      float acc[kDn][4] = {};  // every element is set by its lead block first
+#pragma unroll 1
       for (int w = 0; w < kWarps; ++w) {
-        if (warp == w && __any_sync(0xffffffffu, in_merge[0] || in_merge[1]))
+        bool in_merge[2];
+        int lead[2];
 #pragma unroll
-          for (int dn = 0; dn < D / 8; ++dn)
+        for (int hr = 0; hr < 2; ++hr) {
+          const int m = g + 8 * hr;
+          in_merge[hr] = sm_first[m] < 0 || sm_m[w][m] != -INFINITY;
+          lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
+        }
+        if (!__any_sync(0xffffffffu, in_merge[0] || in_merge[1])) continue;
+        float o[kDn][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if (!in_merge[e >> 1]) continue;
-              const int m = g + 8 * (e >> 1), d = dn * 8 + 2 * t + (e & 1);
-              const float v = __fmul_rn(o[dn][e], sm_f[w][m]);
-              sm_o[m][d] = w == lead[e >> 1] ? v : __fadd_rn(sm_o[m][d], v);
+        for (int dd = 0; dd < kDn; ++dd) o[dd][0] = o[dd][1] = o[dd][2] = o[dd][3] = 0.0f;
+        const int64_t b0 = kb + 32 * w;
+        if (b0 < n_keys) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const uint4 h = sm_frag[w][2 * kk][lane], l = sm_frag[w][2 * kk + 1][lane];
+            const int64_t j0 = b0 + 16 * kk + 2 * t;
+            const float* vr[4];
+            bool vin[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
+              vin[i] = j < n_keys;
+              vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
             }
-        __syncthreads();
+            // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a
+            // row.
+            auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
+            const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
+                                    bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
+            float vv[kDn][4];
+            bool any_bad = false;
+#pragma unroll
+            for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                vv[dd][i] = vin[i] ? vr[i][(warp * kDn + dd) * 8 + g] : 0.0f;
+                any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
+              }
+            if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
+#pragma unroll
+              for (int dd = 0; dd < kDn; ++dd) {
+                uint32_t vh0, vl0, vh1, vl1;
+                bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
+                bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
+                mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vh0, vh1);
+                mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vl0, vl1);
+                mma_m16n8k16(o[dd], l.x, l.y, l.z, l.w, vh0, vh1);
+              }
+              continue;
+            }
+#pragma unroll
+            for (int dd = 0; dd < kDn; ++dd) {
+              float v[4];
+              bool bad[4];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
+                v[i] = vv[dd][i];
+                bad[i] = !isfinite(v[i]);
+                if (bad[i]) v[i] = 0.0f;
+              }
+              uint32_t vh0, vl0, vh1, vl1;
+              bf16_split2(v[0], v[1], vh0, vl0);
+              bf16_split2(v[2], v[3], vh1, vl1);
+              mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vh0, vh1);
+              mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vl0, vl1);
+              mma_m16n8k16(o[dd], l.x, l.y, l.z, l.w, vh0, vh1);
+              // Per output: unmasked keys whose value is not finite.
+              float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (hits[e] > 0.0f) o[dd][e] = __int_as_float(0x7fffffff);
+            }
+          }
+        }
+#pragma unroll
+        for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (!in_merge[e >> 1]) continue;
+            const float v = __fmul_rn(o[dd][e], sm_f[w][g + 8 * (e >> 1)]);
+            acc[dd][e] = w == lead[e >> 1] ? v : __fadd_rn(acc[dd][e], v);
+          }
       }
       if (part) {
+        put(acc);
+        __syncthreads();
         // Parked for the combine kernel; a row within chunk 0 is finished here (one chunk's fold is that chunk).
         for (int i = warp; i < 16 * (D / 32); i += kWarps) {
           const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G, h = kvh * G + m % G;
@@ -309,21 +324,26 @@ __global__ void __launch_bounds__(kWarps * 32)
           }
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < 16 * D; i += kWarps * 32) {
-          const int m = i / D, d = i % D;
-          if (run_take[m])
-            run_o[m][d] = c == 0 ? sm_o[m][d] : fold_value(run_o[m][d], sm_o[m][d], FoldW{run_a[m], run_b[m], 0.0f});
-        }
+#pragma unroll
+        for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int m = g + 8 * (e >> 1);
+            if (run_take[m])
+              run[dd][e] = c == 0 ? acc[dd][e] : fold_value(run[dd][e], acc[dd][e], FoldW{run_a[m], run_b[m], 0.0f});
+          }
       }
       __syncthreads();
     }
     if (part) continue;
+    put(run);
+    __syncthreads();
     // A warp per (M row, 32 columns), lane k on column k: coalesced stores, and the split for the output product.
     for (int i = warp; i < 16 * (D / 32); i += kWarps) {
       const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
       const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
       if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-      store_row(run_o[m][d0 + lane], run_l[m], r, col, int64_t(n_head) * D, out, xs, xsum);
+      store_row(sm_o[m][d0 + lane], run_l[m], r, col, int64_t(n_head) * D, out, xs, xsum);
     }
     __syncthreads();
   }
@@ -331,9 +351,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // A (row, head)'s chunks folded in order, a warp per 32 columns; at most n_chunks were written for any row.
 template <int D>
-__global__ void __launch_bounds__(128) attention_combine_kernel(const float* part, int64_t n_rows, const int32_t* pos,
-                                                                int n_head, int64_t chunks_written, float* out,
-                                                                uint4* xs, float* xsum) {
+__global__ void __launch_bounds__(128)
+    attention_combine_kernel(const float* part, int64_t n_rows, const int32_t* pos, int n_head, int64_t chunks_written,
+                             float* out, uint4* xs, float* xsum) {
   grid_wait();
   const int lane = threadIdx.x & 31, groups = D / 32;
   const int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -390,8 +410,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
     if (head_dim == 64)
       launch_k(attention_combine_kernel<64>, blocks, 128, 0, part, n_rows, pos, int(n_head), n_chunks, out, x4, xsum);
     else
-      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), n_chunks, out, x4,
-               xsum);
+      launch_k(attention_combine_kernel<128>, blocks, 128, 0, part, n_rows, pos, int(n_head), n_chunks, out, x4, xsum);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA attention: ") + cudaGetErrorString(e));
