@@ -44,9 +44,18 @@ struct MmaArgs {
   int round = 0;  // mma_block_kernel: slices parked in shared memory per round
 };
 
+// Units whose weights a warp of one 16 x 8 tile loads before any is used (the slice's 4 where they fit 32
+// registers); larger warp tiles need their registers for accumulators and keep one unit at a time.
+template <int kType, int MT, int NT>
+constexpr int mma_ahead() {
+  return MT == 1 && NT == 1 && MmaF<kType>::kQ <= 32 ? 4 : 1;
+}
+
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
 // Reads past the last tile or row are clamped (never stored); kOne skips odd rows' scale steps (row 0 is kept).
-template <int kType, int MT, int NT, bool kOne = false>
+// With PF 4 the slice's weights are all loaded first, and units past its end run on its first unit's data without
+// being added: no branch between the loads, so none is deferred to its use.
+template <int kType, int MT, int NT, bool kOne = false, int PF = mma_ahead<kType, MT, NT>()>
 __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
                                           float (&p)[MT][NT][4]) {
   using F = MmaF<kType>;
@@ -83,12 +92,21 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
     }
   }
   mma_zero(p);
+  typename F::Raw ahead[PF][MT];
+  if constexpr (PF == 4) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ahead[k][mt] = F::load(w.q, w.h, at[mt] + (k < nk ? k : 0) * 32);
+  }
 #pragma unroll
   for (int kb = 0; kb < 4; ++kb) {
-    if (kb >= nk) break;
+    if (PF == 1 && kb >= nk) break;
+    const bool live = kb < nk;
+    const int ku = live ? kb : 0;
     typename F::Raw raw[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) raw[mt] = F::load(w.q, w.h, at[mt] + kb * 32);
+    for (int mt = 0; mt < MT; ++mt) raw[mt] = PF == 4 ? ahead[kb % PF][mt] : F::load(w.q, w.h, at[mt] + kb * 32);
     float c[MT][NT][4];
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
@@ -98,7 +116,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
       const bool first = st % F::kSpg == 0;  // the group's first step starts from a zero accumulator
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint4* src = xb[nt] + (kb * 4 + st) * 4;
+        const uint4* src = xb[nt] + (ku * 4 + st) * 4;
         if (TF_MCTL(102) && has_left[nt] && sl == 0 && kb == 0 && st < 2)
           src -= steps * 4;  // planted: a row reads its neighbour's activations
         const uint4 b = __ldg(src);
@@ -112,7 +130,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
         }
       }
       if (st % F::kSpg == F::kSpg - 1) {
-        const int j = (kb * 4 + st) / F::kSpg;
+        const int j = (ku * 4 + st) / F::kSpg;
         float xsum[NT][2];
         if constexpr (F::kMin) {
 #pragma unroll
@@ -128,11 +146,13 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               if (kOne && (e & 1)) continue;
+              float v = p[mt][nt][e];
               if constexpr (F::kScaled)
-                p[mt][nt][e] = fmaf(s[e >> 1].x, c[mt][nt][e], p[mt][nt][e]);
+                v = fmaf(s[e >> 1].x, c[mt][nt][e], v);
               else
-                p[mt][nt][e] = __fadd_rn(p[mt][nt][e], c[mt][nt][e]);
-              if constexpr (F::kMin) p[mt][nt][e] = fmaf(s[e >> 1].y, xsum[nt][e & 1], p[mt][nt][e]);
+                v = __fadd_rn(v, c[mt][nt][e]);
+              if constexpr (F::kMin) v = fmaf(s[e >> 1].y, xsum[nt][e & 1], v);
+              p[mt][nt][e] = live ? v : p[mt][nt][e];
             }
         }
       }
@@ -244,8 +264,7 @@ constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in sep
 template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
   const int64_t tiles = (A.w.n_out + 15) / 16;
-  launch_k(mma_block_kernel<kType, 1, NT, kOne>, unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float),
-           A);
+  launch_k(mma_block_kernel<kType, 1, NT, kOne>, unsigned(tiles), 256, size_t(A.round) * NT * 128 * sizeof(float), A);
 }
 
 template <int kType>
