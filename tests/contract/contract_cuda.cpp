@@ -130,6 +130,7 @@ std::string check_cuda_attention();
 std::string check_cuda_attention_mma();
 std::string check_cuda_embedding(GgmlType type);
 std::string check_cuda_kv_store();
+std::string check_cuda_rope_store();
 std::string check_cuda_residual();
 std::string check_cuda_gather();
 std::string check_cuda_candidates();
@@ -151,6 +152,7 @@ int main() {
       {"attention", contract::check_cuda_attention},
       {"attention_mma", contract::check_cuda_attention_mma},
       {"kv_store", contract::check_cuda_kv_store},
+      {"rope_store", contract::check_cuda_rope_store},
       {"residual_add", contract::check_cuda_residual},
       {"gather_rows", contract::check_cuda_gather},
       {"split_producers", contract::check_cuda_split_producers},

@@ -1,8 +1,9 @@
-// CUDA embedding, KV store, residual adds, row gather and the sampler's candidates, against exact or float64
-// references, with row invariance.
+// CUDA embedding, KV store (alone and fused with RoPE), residual adds, row gather, the split producers and the
+// sampler's candidates, against exact or float64 references, with row invariance.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cuda/cuda_gemv.h"
@@ -104,6 +105,75 @@ std::string check_cuda_kv_store() {
     if (nonzero > 2 * rows * kvr)
       return fmt::format("rows={}: {} floats written, expected {}", rows, nonzero, 2 * rows * kvr);
   }
+  return {};
+}
+
+// Q rotated in place, K rotated and V copied into the page slot, K and V given as rows or as slice partials: every
+// float against a host reference in the kernels' own single-rounding float steps, so the comparison is bitwise.
+std::string check_cuda_rope_store() {
+  std::mt19937 rng(94);
+  const int64_t hd = 64, n_head = 4, n_kvh = 2, kvr = n_kvh * hd, qs = n_head * hd + 2 * kvr, P = 8;
+  const int64_t n_pages = 12, max_pages = 4, layer_offset = 2 * P * kvr, page_floats = 4 * P * kvr;
+  const std::vector<int32_t> table = {5, 2, 9, 0, 7, 11, 3, 1};
+  for (bool neox : {false, true})
+    for (int64_t n_rot : {64, 32})
+      for (int slices : {0, 5})
+        for (int64_t rows : {1, 3, 7}) {
+          const int64_t half = n_rot / 2;
+          std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
+          for (int64_t r = 0; r < rows; ++r)
+            seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
+          std::vector<float> cs(static_cast<size_t>(rows * half)), sn(static_cast<size_t>(rows * half));
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < half; ++i) {
+              const double th = pos[size_t(r)] * std::pow(10000.0, -2.0 * double(i) / double(n_rot));
+              cs[size_t(r * half + i)] = float(std::cos(th)), sn[size_t(r * half + i)] = float(std::sin(th));
+            }
+          // Q|K|V rows as the stacked product writes them; with slices, K and V come from partials instead.
+          auto qkv = random_floats(size_t(rows * qs), rng, 3.0f);
+          auto kpart = random_floats(size_t(std::max(slices, 1) * rows * kvr), rng, 3.0f);
+          auto vpart = random_floats(kpart.size(), rng, 3.0f);
+          auto in = [&](bool v, int64_t r, int64_t j) {
+            if (slices == 0) return qkv[size_t(r * qs + n_head * hd + (v ? kvr : 0) + j)];
+            const auto& pp = v ? vpart : kpart;
+            float s = pp[size_t(r * kvr + j)];
+            for (int k = 1; k < slices; ++k) s = s + pp[size_t((k * rows + r) * kvr + j)];
+            return s;
+          };
+          auto rot = [&](float x0, float x1, int64_t at, float& y0, float& y1) {
+            const float c = cs[size_t(at)], s = sn[size_t(at)];
+            const float a = x0 * c, b = x1 * s, e = x0 * s, f = x1 * c;
+            y0 = a - b, y1 = e + f;
+          };
+          auto q_want = qkv;
+          std::vector<float> pool(size_t(n_pages * page_floats), 0.0f), pool_want = pool;
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t p = pos[size_t(r)], page = table[size_t(seq[size_t(r)] * max_pages + p / P)];
+            float* kp = pool_want.data() + page * page_floats + layer_offset + (p % P) * kvr;
+            for (int64_t j = 0; j < kvr; ++j) kp[j] = in(false, r, j), kp[P * kvr + j] = in(true, r, j);
+            for (int64_t h = 0; h < n_head + n_kvh; ++h)
+              for (int64_t i = 0; i < half; ++i) {
+                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                float* x = h < n_head ? q_want.data() + r * qs + h * hd : kp + (h - n_head) * hd;
+                rot(x[a], x[b], r * half + i, x[a], x[b]);
+              }
+          }
+          Buf<float> dq(qkv), dk(kpart), dv(vpart), dpool(pool), dc(cs), ds(sn);
+          Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
+          const cuda::KvSource ks =
+              slices ? cuda::KvSource{dk.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd, 0, qs};
+          const cuda::KvSource vs =
+              slices ? cuda::KvSource{dv.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd + kvr, 0, qs};
+          cuda::rope_store(dq.p, qs, n_head, ks, vs, rows, hd, n_rot, dc.p, ds.p, neox, dpos.p, dseq.p, dtab.p,
+                           max_pages, dpool.p, page_floats, layer_offset, P, kvr);
+          const auto q_got = dq.get(), pool_got = dpool.get();
+          const std::string at = fmt::format("neox={} n_rot={} slices={} rows={}", neox, n_rot, slices, rows);
+          if (int64_t d = first_bit_difference(q_want.data(), q_got.data(), q_want.size()); d >= 0)
+            return fmt::format("{}: Q differs at {}: {} vs {}", at, d, q_got[size_t(d)], q_want[size_t(d)]);
+          if (int64_t d = first_bit_difference(pool_want.data(), pool_got.data(), pool_want.size()); d >= 0)
+            return fmt::format("{}: the pool differs at {}: {} vs {}", at, d, pool_got[size_t(d)],
+                               pool_want[size_t(d)]);
+        }
   return {};
 }
 
@@ -227,6 +297,10 @@ std::string check_cuda_split_producers() {
   Buf<uint8_t> d2(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, F, O)));
   const cuda::DeviceMatrix m1 = cuda::upload_matrix(GgmlType::Q4_K, w1.data(), E, O, d1.p);
   const cuda::DeviceMatrix m2 = cuda::upload_matrix(GgmlType::Q4_K, w2.data(), F, O, d2.p);
+  // gate|up of 2F outputs from the O-wide row: 64 tiles over 3 slices, the split kernels up to 32 rows.
+  auto w3 = random_weight(GgmlType::Q4_K, 3 * 256, 2 * F, rng);
+  Buf<uint8_t> d3(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, 3 * 256, 2 * F)));
+  const cuda::DeviceMatrix m3 = cuda::upload_matrix(GgmlType::Q4_K, w3.data(), 3 * 256, 2 * F, d3.p);
   for (int64_t rows : {1, 7, 40}) {
     Buf<float> x(random_floats(size_t(rows * E), rng)), wn(random_floats(size_t(E), rng));
     Buf<float> gu(random_floats(size_t(rows * 2 * F), rng, 3.0f));
@@ -253,6 +327,21 @@ std::string check_cuda_split_producers() {
     cuda::gemv(m2, a.p, rows, ya.p);
     cuda::gemv(m2, b.p, rows, yb.p, nullptr, cuda::SplitX{xs.p, xsum.p});
     if (auto why = same("swiglu", F); !why.empty()) return why;
+    // gate|up straight from a split product's partials: the bits of the product's own reduction, then SwiGLU.
+    cuda::gemv(m3, x.p, rows, gu.p);
+    cuda::swiglu_pairs(gu.p, rows, F, a.p, xs.p, xsum.p);
+    const auto xs_a = xs.get(), xsum_a = xsum.get();
+    const std::vector<float> nan(gu.n, std::nanf(""));
+    cuda::copy_to_device(gu.p, nan.data(), nan.size() * 4);  // what the partials path must not read
+    const cuda::Partials parts = cuda::gemv_partials(m3, x.p, rows, gu.p);
+    if ((parts.p != nullptr) != (rows <= 32))
+      return fmt::format("rows={}: the gate|up product {} partials", rows, parts.p ? "left" : "did not leave");
+    cuda::swiglu_pairs(gu.p, rows, F, b.p, xs.p, xsum.p, parts);
+    if (int64_t d = first_bit_difference(a.get().data(), b.get().data(), size_t(rows * F)); d >= 0)
+      return fmt::format("swiglu from partials rows={}: output differs at {}", rows, d);
+    if (first_bit_difference(xs_a.data(), xs.get().data(), xs_a.size()) >= 0 ||
+        first_bit_difference(xsum_a.data(), xsum.get().data(), xsum_a.size()) >= 0)
+      return fmt::format("swiglu from partials rows={}: the split output differs", rows);
   }
   return {};
 }

@@ -150,6 +150,21 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
   check(cudaGetLastError(), "gemv launch");
 }
 
+Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const SplitX& pre, float* buf) {
+  if (!w.mma || n_rows == 0) {
+    gemv(w, x, n_rows, y, nullptr, pre);
+    return {};
+  }
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0)
+    throw std::runtime_error("gemv: misaligned weights or activations");
+  Partials out;
+  mma_gemv(w, x, n_rows, y, nullptr, active_control(), pre, &out, buf);
+  check(cudaGetLastError(), "gemv launch");
+  return out;
+}
+
+int64_t gemv_partial_floats(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_partial_floats(w, n_rows) : 0; }
+
 size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_scratch_bytes(w, n_rows) : 0; }
 void reserve_gemv_scratch(size_t bytes) { mma_reserve(bytes); }
 uint64_t gemv_scratch_generation() { return mma_scratch_generation(); }

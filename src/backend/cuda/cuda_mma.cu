@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/mma_kernels.cuh"
 #include "backend/cuda/mma_split.cuh"
+#include "backend/cuda/slice_sum.cuh"
 
 namespace tf::cuda {
 
@@ -48,16 +49,7 @@ __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices,
   grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float sum = 0.0f;
-  for (int s0 = 0; s0 < slices; s0 += 8) {  // eight loads in flight, then the adds in slice order
-    const int m = slices - s0 < 8 ? slices - s0 : 8;
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = k < m ? __ldg(partial + int64_t(s0 + k) * n + i) : 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      if (k < m) sum = s0 + k == 0 ? v[k] : __fadd_rn(sum, v[k]);
-  }
+  const float sum = slice_sum(partial, slices, n, i);
   y[i] = residual ? __fadd_rn(residual[i], sum) : sum;
 }
 
@@ -100,8 +92,12 @@ void mma_reserve(size_t bytes) {
 
 uint64_t mma_scratch_generation() { return g_generation; }
 
+int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows) {
+  return n_rows <= kMmaSplitRows ? int64_t(w.slices) * n_rows * w.n_out : 0;
+}
+
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
-              const SplitX& pre) {
+              const SplitX& pre, Partials* defer, float* buf) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
   if (n_rows <= 0) return;  // the kernels clamp reads to the last row, so they need one
   mma_reserve(mma_scratch_bytes(w, n_rows));
@@ -123,10 +119,13 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   const bool few = n_rows <= kMmaSplitRows;
   const bool block = few && tiles >= 128 && tiles <= 512 && !split_forced();
   const bool split = few && !block;
+  if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
-  if (split) {
+  if (split && defer) {
+    *defer = {part, w.slices};
+  } else if (split) {
     const int64_t n = n_rows * w.n_out;
     // Small blocks spread a decode row's few thousand outputs over more multiprocessors.
     launch_k(mma_reduce_kernel, unsigned((n + 63) / 64), 64, 0, part, w.slices, n, y, residual);

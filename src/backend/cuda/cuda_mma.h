@@ -11,7 +11,9 @@ size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
 void mma_reserve(size_t bytes);  // grows the shared scratch; refuses to inside a graph capture
 uint64_t mma_scratch_generation();
 // With pre.xs, x's split comes from its producer and the split kernel is skipped.
+// With `defer`, a split product's partials are left (in buf, or the scratch) and described there instead of added.
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
-              const SplitX& pre);
+              const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
+int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
 
 }  // namespace tf::cuda

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
+#include "backend/cuda/slice_sum.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -49,12 +50,13 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   if (TF_DCTL(112) && threadIdx.x == 0 && blockIdx.x == 0) yr[n] = 0.0f;  // planted: write past the end
 }
 
-__device__ __forceinline__ float swiglu_at(const float* g, const float* u, int64_t i, int64_t n) {
-  const float gi = g[i];
+__device__ __forceinline__ float swiglu_of(float gi, float up) {
   float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
-  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));                 // planted: sigmoid sign slip
-  const float up = (TF_DCTL(122) && i + 1 < n) ? u[i + 1] : u[i];  // planted: reads the neighbour's up value
+  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));  // planted: sigmoid sign slip
   return __fmul_rn(silu, up);
+}
+__device__ __forceinline__ int64_t up_index(int64_t i, int64_t n) {
+  return (TF_DCTL(122) && i + 1 < n) ? i + 1 : i;  // planted: reads the neighbour's up value
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, int64_t in_stride) {
@@ -63,20 +65,41 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   if (i >= n) return;
   const int64_t r = blockIdx.y;
   g += r * in_stride, u += r * in_stride, out += r * n;
-  out[i] = swiglu_at(g, u, i, n);
+  out[i] = swiglu_of(g[i], u[up_index(i, n)]);
 }
 
-// gate|up rows of 2n: a warp per (row, 32-column group), a lane per column; the same values, also split for the
-// down product.
-__global__ void swiglu_split_kernel(const float* gu, float* out, int64_t n, int64_t n_rows, uint4* xs, float* xsum) {
+// gate|up rows of 2n (or their product's slice partials, added here): a warp per (row, 32-column group), a lane per
+// column; the same values, also split for the down product.
+__global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int64_t n, int64_t n_rows, uint4* xs,
+                                    float* xsum) {
   grid_wait();
   const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (wid >= n_rows * (n / 32)) return;  // whole warps only: the split's shuffles need every lane
   const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
-  const float* g = gu + r * 2 * n;
-  const float y = swiglu_at(g, g + n, i, n);
+  auto at = [&](int64_t j) {  // planted 124: the partials added in reverse order
+    return slices ? slice_sum(gu, slices, n_rows * 2 * n, r * 2 * n + j, TF_DCTL(124)) : gu[r * 2 * n + j];
+  };
+  const float g = at(i), y = swiglu_of(g, at(n + up_index(i, n)));
   out[r * n + i] = y;
-  split_group_warp(TF_DCTL(123) ? g[i] : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
+  split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
+}
+
+// Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation: one definition for both RoPE kernels.
+__device__ __forceinline__ void rope_pair(int64_t i, int64_t half, bool neox, int64_t& a, int64_t& b) {
+  a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing
+}
+__device__ __forceinline__ float2 rope_rotate(float x0, float x1, const float* cos, const float* sin, int64_t at) {
+  const float c = cos[at], s = TF_DCTL(132) ? -sin[at] : sin[at];  // planted: sin sign flipped
+  return {__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))};
+}
+// Where row r's K lands in its sequence's page (V follows page_size rows later).
+__device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row_seq, int64_t r,
+                                          const int32_t* page_table, int64_t max_pages, float* base,
+                                          int64_t page_floats, int64_t layer_offset, int64_t page_size,
+                                          int64_t kv_row) {
+  const int64_t p = TF_DCTL(171) ? pos[r] + 1 : pos[r];  // planted: written one slot late
+  return base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
 }
 
 __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
@@ -87,12 +110,52 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64
   if (t >= n_heads * half) return;
   const int64_t h = t / half, i = t % half;
   float* v = x + r * row_stride + h * head_dim;
-  int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-  if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing
-  const float c = cos[r * half + i], s = TF_DCTL(132) ? -sin[r * half + i] : sin[r * half + i];
-  const float x0 = v[a], x1 = v[b];
-  v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  int64_t a, b;
+  rope_pair(i, half, neox, a, b);
+  const float2 y = rope_rotate(v[a], v[b], cos, sin, r * half + i);
+  v[a] = y.x, v[b] = y.y;
+}
+
+// One row's Q pairs rotated in place, K's pairs rotated into its page slot, K's unrotated tail and V copied there;
+// K and V read as rows or summed from their products' partials: rope, rope and kv_store's bits in one launch.
+__global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, KvSource k, KvSource v, int64_t n_rows,
+                                  int64_t head_dim, int64_t half, const float* cos, const float* sin, bool neox,
+                                  const int32_t* pos, const int32_t* row_seq, const int32_t* page_table,
+                                  int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
+                                  int64_t page_size, int64_t kv_row) {
+  grid_wait();
+  const int64_t r = blockIdx.y, n_kv_head = kv_row / head_dim, tail = head_dim - 2 * half;
+  int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto in = [&](const KvSource& s, int64_t j) {  // planted 174: the partials added in reverse order
+    return s.slices ? slice_sum(s.p, s.slices, n_rows * kv_row, r * kv_row + j, TF_DCTL(174)) : s.p[r * s.stride + j];
+  };
+  if (t < n_head * half) {
+    const int64_t h = t / half, i = t % half;
+    float* x = q + r * q_stride + h * head_dim;
+    int64_t a, b;
+    rope_pair(i, half, neox, a, b);
+    const float2 y = rope_rotate(x[a], x[b], cos, sin, r * half + i);
+    x[a] = y.x, x[b] = y.y;
+    return;
+  }
+  t -= n_head * half;
+  float* kp = kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+  if (t < n_kv_head * half) {
+    const int64_t h = t / half, i = t % half;
+    int64_t a, b;
+    rope_pair(i, half, neox, a, b);
+    const float2 y = rope_rotate(in(k, h * head_dim + a), in(k, h * head_dim + b), cos, sin, r * half + i);
+    kp[h * head_dim + a] = y.x, kp[h * head_dim + b] = y.y;
+    return;
+  }
+  t -= n_kv_head * half;
+  if (t < n_kv_head * tail) {
+    const int64_t j = (t / tail) * head_dim + 2 * half + t % tail;
+    kp[j] = in(k, j);
+    return;
+  }
+  t -= n_kv_head * tail;
+  if (t < kv_row) kp[page_size * kv_row + t] = TF_DCTL(172) ? in(k, t) : in(v, t);  // planted: K stored as V
 }
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n) {
@@ -116,9 +179,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, 
   const int64_t r = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= kv_row) return;
-  const int64_t p = TF_DCTL(171) ? pos[r] + 1 : pos[r];  // planted: written one slot late
-  float* kp =
-      base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
+  float* kp = kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
   kp[i] = k[r * stride + i];
   kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * stride + i] : v[r * stride + i];  // planted: K stored as V
 }
@@ -182,16 +243,19 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   check_launch("swiglu");
 }
 
-void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs, float* xsum) {
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs, float* xsum,
+                  const Partials& parts) {
   if (n_rows == 0) return;
   upload_control();
   if (xs) {
     if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
     const int64_t tasks = n_rows * (n / 32);
-    launch_k(swiglu_split_kernel, unsigned((tasks + 3) / 4), 128, 0, gu, out, n, n_rows, static_cast<uint4*>(xs), xsum);
+    launch_k(swiglu_split_kernel, unsigned((tasks + 3) / 4), 128, 0, parts.p ? parts.p : gu, parts.p ? parts.slices : 0,
+             out, n, n_rows, static_cast<uint4*>(xs), xsum);
     check_launch("swiglu_pairs");
     return;
   }
+  if (parts.p) throw std::runtime_error("swiglu: product partials need the split output");
   launch_k(swiglu_kernel, dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, gu, gu + n, out, n, 2 * n);
   check_launch("swiglu_pairs");
 }
@@ -203,6 +267,22 @@ void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t
   launch_k(rope_kernel, dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, x, row_stride, n_heads, head_dim,
            half, cos, sin, neox);
   check_launch("rope");
+}
+
+void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, const KvSource& v, int64_t n_rows,
+                int64_t head_dim, int64_t n_rot, const float* cos, const float* sin, bool neox, const int32_t* pos,
+                const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+                int64_t layer_offset, int64_t page_size, int64_t kv_row) {
+  if (n_rows == 0) return;
+  if (n_rot % 2 != 0 || n_rot > head_dim || kv_row % head_dim != 0)
+    throw std::runtime_error("rope_store: n_rot must be even and at most the head size, K|V rows whole heads");
+  upload_control();
+  const int64_t half = n_rot / 2, n_kv_head = kv_row / head_dim;
+  const int64_t tasks = n_head * half + n_kv_head * (head_dim - half) + kv_row;
+  launch_k(rope_store_kernel, dim3(grid(tasks, 128), unsigned(n_rows)), 128, 0, q, q_stride, n_head, k, v, n_rows,
+           head_dim, half, cos, sin, neox, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset,
+           page_size, kv_row);
+  check_launch("rope_store");
 }
 
 }  // namespace tf::cuda

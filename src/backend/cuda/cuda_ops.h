@@ -1,6 +1,8 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cuda/cuda_gemv.h"
+
 // Elementwise and per-row CUDA kernels of the llama path; device pointers, no CUDA header needed by callers.
 namespace tf::cuda {
 
@@ -22,8 +24,21 @@ void add_inplace(float* x, const float* y, int64_t n);
 void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
               const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
               int64_t layer_offset, int64_t page_size, int64_t kv_row);
-// out[r, i] = silu(gu[r, i]) * gu[r, n + i]: gate and up side by side in rows of 2n, as one matrix writes them.
-void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs = nullptr, float* xsum = nullptr);
+// out[r, i] = silu(gu[r, i]) * gu[r, n + i]: gate and up side by side in rows of 2n, as one matrix writes them. With
+// `parts` (and the split output), gu is read from the gate|up product's partials, added as its reduce would.
+void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs = nullptr, float* xsum = nullptr,
+                  const Partials& parts = {});
+// K or V rows for rope_store: rows `stride` floats apart, or (slices > 0) their product's partials.
+struct KvSource {
+  const float* p = nullptr;
+  int slices = 0;
+  int64_t stride = 0;
+};
+// rope on Q (in place) and on K, then kv_store, in one launch with the same bits; K and V may still be partials.
+void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, const KvSource& v, int64_t n_rows,
+                int64_t head_dim, int64_t n_rot, const float* cos, const float* sin, bool neox, const int32_t* pos,
+                const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+                int64_t layer_offset, int64_t page_size, int64_t kv_row);
 // dst[r] = src[idx[r]] for rows of n floats.
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst);
 

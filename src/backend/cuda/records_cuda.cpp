@@ -98,6 +98,18 @@ std::vector<KernelRecord> make_records() {
                "kv_row 96, pages of 8, scrambled page table; rows 1,3,7; K and V side by side",
                "bit-exact copy to (page_table[seq][pos/P], pos%P), nothing else written",
                {{171, "written one slot late"}, {172, "K stored as V"}}});
+  r.push_back({"rope_store",
+               "cuda",
+               {"f32"},
+               "rope on Q in place and on K, then the KV store, in one launch; K and V as strided rows or as their "
+               "products' slice partials",
+               "head_dim 64, 4/2 heads, n_rot 64 and 32, NORM and NEOX; rows 1,3,7 of two sequences; rows or 5 slices",
+               "bit-exact: the host's float steps (slices added in order, each rotation product and sum rounded once)",
+               {{131, "pairs taken with the other pairing"},
+                {132, "sin sign flipped"},
+                {171, "written one slot late"},
+                {172, "K stored as V"},
+                {174, "K and V partials added in reverse order"}}});
   r.push_back({"residual_add",
                "cuda",
                {"f32"},
@@ -110,9 +122,13 @@ std::vector<KernelRecord> make_records() {
                {"f32"},
                "rmsnorm and swiglu_pairs writing their output also split for tensor-core products (rows of whole "
                "64-column steps)",
-               "Q4_K 768x64 after rmsnorm, 512x64 after SwiGLU; rows 1, 7, 40",
-               "the product's bits equal those of the product's own split of the same values",
-               {{113, "split taken from the unnormalised row"}, {123, "split taken from the gate"}}});
+               "Q4_K 768x64 after rmsnorm, 512x64 after SwiGLU, SwiGLU from a 768x1024 product's partials; rows 1, "
+               "7, 40",
+               "the product's bits equal those of the product's own split of the same values; SwiGLU from partials "
+               "equals SwiGLU after the product's reduction",
+               {{113, "split taken from the unnormalised row"},
+                {123, "split taken from the gate"},
+                {124, "gate|up partials added in reverse order"}}});
   r.push_back({"gather_rows",
                "cuda",
                {"f32"},

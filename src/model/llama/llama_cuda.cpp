@@ -234,6 +234,12 @@ LlamaCudaModel::~LlamaCudaModel() {
   }
 }
 
+int64_t LlamaCudaModel::partial_floats(DevWeight DevLayer::*m, int64_t rows) const {
+  int64_t n = 0;
+  for (const DevLayer& L : layers_) n = std::max(n, cuda::gemv_partial_floats(L.*m, std::min<int64_t>(rows, 32)));
+  return n;
+}
+
 size_t LlamaCudaModel::product_scratch(int64_t rows) const {
   size_t need = 0;
   for (int64_t r : {rows, std::min<int64_t>(rows, 32)}) {
@@ -295,7 +301,9 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
                            R * F,
                            R * c.n_vocab,
                            R * std::max({E, F, Dq}),
-                           R * std::max({E, F, Dq}) / 32};
+                           R * std::max({E, F, Dq}) / 32,
+                           partial_floats(&DevLayer::wk, R),
+                           partial_floats(&DevLayer::wv, R)};
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total +=
@@ -319,7 +327,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   if (staging_host_) cuda::host_free_pinned(staging_host_);
   scratch_ = scratch, staging_dev_ = dev, staging_host_ = host, staging_bytes_ = staging;
   cap_rows_ = rows, cap_table_ = table;
-  float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_, &xs_, &xsum_};
+  float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_, &xs_, &xsum_, &kpart_, &vpart_};
   size_t off = 0;
   for (size_t i = 0; i < std::size(bufs); ++i) {
     *bufs[i] = reinterpret_cast<float*>(static_cast<char*>(scratch_) + off);

@@ -45,6 +45,7 @@ class LlamaCudaModel : public Model {
   void ensure_capacity(int64_t n_rows, int64_t table_ints);
   void drop_graphs();
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
+  int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
   void launch(int64_t n, int64_t m, int64_t max_pages, bool sample);
   void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
@@ -68,7 +69,8 @@ class LlamaCudaModel : public Model {
   size_t staging_bytes_ = 0;
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *o_ = nullptr,
         *g_ = nullptr, *u_ = nullptr, *logits_ = nullptr;
-  float *xs_ = nullptr, *xsum_ = nullptr;  // a norm's or SwiGLU's output split for the products that read it
+  float *xs_ = nullptr, *xsum_ = nullptr;      // a norm's or SwiGLU's output split for the products that read it
+  float *kpart_ = nullptr, *vpart_ = nullptr;  // K and V products' slice partials, added by rope_store
   void* cand_ = nullptr;
   void* cand_scratch_ = nullptr;
   float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, att_keys_ keys)

@@ -108,27 +108,34 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
-    // Q, K and V rows: one stacked product [Q | K | V] per row (stride Dqkv), or three products.
-    const float *qp = q_, *kp = k_, *vp = v_;
-    int64_t q_stride = Dq, kv_stride = Dkv;
+    // Q, K and V rows: one stacked product [Q | K | V] per row (stride Dqkv), or three products whose K and V may
+    // stay slice partials for rope_store to add.
+    int64_t q_stride = Dq;
+    cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
     if (Ly.fused_qkv) {
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
-      q_stride = kv_stride = Dq + 2 * Dkv, kp = q_ + Dq, vp = q_ + Dq + Dkv;
-      cuda::rope(q_, n, q_stride, c.n_head + c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);  // Q and K heads
+      q_stride = Dq + 2 * Dkv;
+      ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
     } else {
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
-      cuda::gemv(Ly.wk, h_, n, k_, nullptr, pre_e);
-      cuda::gemv(Ly.wv, h_, n, v_, nullptr, pre_e);
+      if (Ly.bk || Ly.bv) {  // a bias comes after the slices are added
+        cuda::gemv(Ly.wk, h_, n, k_, nullptr, pre_e);
+        cuda::gemv(Ly.wv, h_, n, v_, nullptr, pre_e);
+        if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
+        if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
+      } else {
+        const cuda::Partials kp = cuda::gemv_partials(Ly.wk, h_, n, k_, pre_e, kpart_);
+        const cuda::Partials vp = cuda::gemv_partials(Ly.wv, h_, n, v_, pre_e, vpart_);
+        if (kp.p) ks = {kp.p, kp.slices, Dkv};
+        if (vp.p) vs = {vp.p, vp.slices, Dkv};
+      }
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
-      if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
-      if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
-      cuda::rope(q_, n, Dq, c.n_head, D, c.n_rot, L.cos(d), L.sin(d), neox);
-      cuda::rope(k_, n, Dkv, c.n_head_kv, D, c.n_rot, L.cos(d), L.sin(d), neox);
     }
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
-    cuda::kv_store(kp, vp, kv_stride, n, L.pos(d), L.row_seq(d), L.table(d), width, kv_, page_floats, layer_offset,
-                   page_size_, kv_row_);
+    cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
+                     L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
+    const float* qp = q_;
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
     // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
     cuda::SplitX pre_o;
@@ -154,9 +161,14 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
-      cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
-      if (c.n_ff % 64 == 0) pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
-      cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum);
+      if (c.n_ff % 64 == 0) {
+        const cuda::Partials gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_e);  // SwiGLU adds any slices
+        pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
+        cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
+      } else {
+        cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
+        cuda::swiglu_pairs(g_, n, c.n_ff, u_);
+      }
     } else {
       cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
       cuda::gemv(Ly.up, h_, n, u_, nullptr, pre_e);
