@@ -222,6 +222,11 @@ __global__ void __launch_bounds__(kT)
   extern __shared__ float staged[];
   __shared__ int32_t n[kMaxChunks];
   __shared__ Shared sh;
+  __shared__ Best sb[kT];
+  __shared__ struct {
+    bool skip;
+    double s, st, f, ft;  // the chunk's sums and their factors to the row's maximum
+  } term[kMaxChunks];
   const int64_t nb = (V + kChunk - 1) / kChunk;
   const Part* pr = parts + blockIdx.x * nb;
   const SampleRow p = params[blockIdx.x];
@@ -233,19 +238,28 @@ __global__ void __launch_bounds__(kT)
   __syncthreads();
   const int64_t want = V < kCandidates ? V : kCandidates;
   select_top(PartSrc{pr, staged, n}, nb * kCandidates, want, o.logit, o.id, sh);
+  // The row's best and Gumbel best (a total order: any merge order gives them), then each chunk's rescale factor
+  // in parallel; one thread adds the chunks' terms in chunk order.
+  Best g{-INFINITY, -INFINITY, INT32_MAX}, gb = g;
+  for (int64_t b = threadIdx.x; b < nb; b += kT) {
+    if (better(pr[b].g, g)) g = pr[b].g;
+    if (better(pr[b].gb, gb)) gb = pr[b].gb;
+  }
+  g = block_best(g, sb);
+  gb = block_best(gb, sb);
+  const double max_t = p.temperature > 0 ? g.v / p.temperature : 0;
+  for (int64_t b = threadIdx.x; b < nb; b += kT) {
+    const double v = pr[b].g.v;
+    term[b] = {v == -INFINITY, pr[b].s, pr[b].st, v == -INFINITY ? 0.0 : exp(v - g.v),
+               v == -INFINITY || !(p.temperature > 0) ? 0.0 : exp(v / p.temperature - max_t)};
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    Best g = pr[0].g, gb = pr[0].gb;
-    for (int64_t b = 1; b < nb; ++b) {
-      if (better(pr[b].g, g)) g = pr[b].g;
-      if (better(pr[b].gb, gb)) gb = pr[b].gb;
-    }
-    // The chunks' sums rescaled to the row's maximum and added in chunk order.
     double s = 0, st = 0;
-    const double max_t = p.temperature > 0 ? g.v / p.temperature : 0;
     for (int64_t b = 0; b < nb; ++b) {
-      if (pr[b].g.v == -INFINITY) continue;
-      s += pr[b].s * exp(pr[b].g.v - g.v);
-      if (p.temperature > 0) st += pr[b].st * exp(pr[b].g.v / p.temperature - max_t);
+      if (term[b].skip) continue;
+      s += term[b].s * term[b].f;
+      if (p.temperature > 0) st += term[b].st * term[b].ft;
     }
     o.greedy = g.id;
     o.gumbel = p.temperature > 0 ? gb.id : g.id;
@@ -273,7 +287,7 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
   auto* parts = static_cast<Part*>(scratch);
   launch_k(chunk_kernel, dim3(unsigned(nb), unsigned(n_rows)), kT, 0, logits, n_vocab, params, parts);
   const size_t staged = size_t(nb) * kCandidates * sizeof(float);
-  static size_t allowed = 48 * 1024;  // above the default, the kernel must be allowed more shared memory once
+  static size_t allowed = 0;  // with its static arrays the kernel passes the 48 KB default: allowed once per size
   if (staged > allowed) {
     cudaError_t a = cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged));
     if (a != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(a));
