@@ -297,7 +297,7 @@ std::string check_cuda_split_producers() {
   Buf<uint8_t> d2(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, F, O)));
   const cuda::DeviceMatrix m1 = cuda::upload_matrix(GgmlType::Q4_K, w1.data(), E, O, d1.p);
   const cuda::DeviceMatrix m2 = cuda::upload_matrix(GgmlType::Q4_K, w2.data(), F, O, d2.p);
-  // gate|up of 2F outputs from the O-wide row: 64 tiles over 3 slices, the split kernels up to 32 rows.
+  // gate|up of 2F outputs from E-wide rows: 64 tiles over 3 slices, the split kernels up to 32 rows.
   auto w3 = random_weight(GgmlType::Q4_K, 3 * 256, 2 * F, rng);
   Buf<uint8_t> d3(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, 3 * 256, 2 * F)));
   const cuda::DeviceMatrix m3 = cuda::upload_matrix(GgmlType::Q4_K, w3.data(), 3 * 256, 2 * F, d3.p);
@@ -333,6 +333,7 @@ std::string check_cuda_split_producers() {
     const auto xs_a = xs.get(), xsum_a = xsum.get();
     const std::vector<float> nan(gu.n, std::nanf(""));
     cuda::copy_to_device(gu.p, nan.data(), nan.size() * 4);  // what the partials path must not read
+    cuda::gemv(m1, x.p, rows, ya.p);  // another product's partials over the scratch: the next one must write its own
     const cuda::Partials parts = cuda::gemv_partials(m3, x.p, rows, gu.p);
     if ((parts.p != nullptr) != (rows <= 32))
       return fmt::format("rows={}: the gate|up product {} partials", rows, parts.p ? "left" : "did not leave");

@@ -44,8 +44,7 @@ __device__ __forceinline__ void store_row(float o, float l, int64_t r, int64_t c
 }
 
 // A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
-// A chunk's eight 32-key blocks are shared by all warps (Q K^T by 8-key tile, a block's softmax by one warp, P V by
-// 8-column groups) with the arithmetic of one warp per block, so a lone short block does not leave seven warps idle.
+// All warps share a chunk's 32-key blocks (Q K^T by tile, P V by columns) with the arithmetic of one warp per block.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
@@ -108,8 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int64_t c = c_first; c < c_end; ++c) {
       const int64_t kb = c * kChunkKeys;
       const int n_tiles = n_keys > kb ? int((min(kChunkKeys, n_keys - kb) + 7) / 8) : 0;
-      // Q K^T by 8-key tile; tiles past the last key are never read (their scores are masked whatever they hold),
-      // keys past the sequence inside a tile read key 0.
+      // Q K^T by 8-key tile, none past the last key (the softmax masks those slots whatever they hold).
       for (int i = warp; i < n_tiles; i += kWarps) {
         const int64_t j = kb + 8 * i + g;
         const float* kr = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
@@ -237,8 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               vin[i] = j < n_keys;
               vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
             }
-            // Which (row, key) pairs are inside the causal limit, in P's A layout: a masked key's V never reaches a
-            // row.
+            // The (row, key) pairs inside the causal limit, in P's A layout: a masked key's V never reaches a row.
             auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
             const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
                                     bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};

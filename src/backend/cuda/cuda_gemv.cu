@@ -163,6 +163,8 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
   return out;
 }
 
+int64_t gemv_split_rows() { return mma_split_rows(); }
+
 int64_t gemv_partial_floats(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_partial_floats(w, n_rows) : 0; }
 
 size_t gemv_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) { return w.mma ? mma_scratch_bytes(w, n_rows) : 0; }

@@ -52,17 +52,16 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
-// A product's slice partials left for the kernel that consumes it ([slices][n_rows][n_out], added in slice order by
-// that kernel exactly as the reduce kernel would); p is null where the product wrote y itself.
+// Slice partials [slices][n_rows][n_out] left for the consuming kernel to add; p is null where y was written.
 struct Partials {
   const float* p = nullptr;
   int slices = 0;
 };
-// gemv without a residual, except that slices a second kernel would add are left for the consumer: in `buf`
-// (gemv_partial_floats long) or, without it, in the product scratch until the next product.
+// gemv, but split slices stay partials: in buf (gemv_partial_floats long) or the scratch until the next product.
 Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const SplitX& pre = {},
                        float* buf = nullptr);
 int64_t gemv_partial_floats(const DeviceMatrix& w, int64_t n_rows);  // 0 where no product of n_rows leaves partials
+int64_t gemv_split_rows();  // the most rows whose products run their slices separately (and keep partials)
 // Rows ids[r] of a [n_vocab, n_embd] matrix, decoded exactly, into out [n_rows, n_embd]; ids in device memory.
 void embedding(const DeviceMatrix& w, const int32_t* ids, int64_t n_rows, float* out);
 

@@ -92,6 +92,8 @@ void mma_reserve(size_t bytes) {
 
 uint64_t mma_scratch_generation() { return g_generation; }
 
+int64_t mma_split_rows() { return kMmaSplitRows; }
+
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows) {
   return n_rows <= kMmaSplitRows ? int64_t(w.slices) * n_rows * w.n_out : 0;
 }

@@ -15,5 +15,6 @@ uint64_t mma_scratch_generation();
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
+int64_t mma_split_rows();
 
 }  // namespace tf::cuda

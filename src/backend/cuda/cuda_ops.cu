@@ -68,8 +68,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   out[i] = swiglu_of(g[i], u[up_index(i, n)]);
 }
 
-// gate|up rows of 2n (or their product's slice partials, added here): a warp per (row, 32-column group), a lane per
-// column; the same values, also split for the down product.
+// gate|up rows of 2n or their partials: a warp per (row, 32-column group), also split for the down product.
 __global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int64_t n, int64_t n_rows, uint4* xs,
                                     float* xsum) {
   grid_wait();
@@ -116,8 +115,7 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64
   v[a] = y.x, v[b] = y.y;
 }
 
-// One row's Q pairs rotated in place, K's pairs rotated into its page slot, K's unrotated tail and V copied there;
-// K and V read as rows or summed from their products' partials: rope, rope and kv_store's bits in one launch.
+// Per row: Q rotated in place, K rotated and V copied into the page slot; rope, rope and kv_store's bits at once.
 __global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, KvSource k, KvSource v, int64_t n_rows,
                                   int64_t head_dim, int64_t half, const float* cos, const float* sin, bool neox,
                                   const int32_t* pos, const int32_t* row_seq, const int32_t* page_table,

@@ -24,8 +24,7 @@ void add_inplace(float* x, const float* y, int64_t n);
 void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
               const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
               int64_t layer_offset, int64_t page_size, int64_t kv_row);
-// out[r, i] = silu(gu[r, i]) * gu[r, n + i]: gate and up side by side in rows of 2n, as one matrix writes them. With
-// `parts` (and the split output), gu is read from the gate|up product's partials, added as its reduce would.
+// out[r, i] = silu(gu[r, i]) * gu[r, n + i], gate|up rows of 2n; with parts (and xs) summed from those partials.
 void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs = nullptr, float* xsum = nullptr,
                   const Partials& parts = {});
 // K or V rows for rope_store: rows `stride` floats apart, or (slices > 0) their product's partials.

@@ -238,8 +238,7 @@ __global__ void __launch_bounds__(kT)
   __syncthreads();
   const int64_t want = V < kCandidates ? V : kCandidates;
   select_top(PartSrc{pr, staged, n}, nb * kCandidates, want, o.logit, o.id, sh);
-  // The row's best and Gumbel best (a total order: any merge order gives them), then each chunk's rescale factor
-  // in parallel; one thread adds the chunks' terms in chunk order.
+  // Bests under a total order (any merge order), each chunk's factor in parallel, the terms added in chunk order.
   Best g{-INFINITY, -INFINITY, INT32_MAX}, gb = g;
   for (int64_t b = threadIdx.x; b < nb; b += kT) {
     if (better(pr[b].g, g)) g = pr[b].g;
@@ -287,7 +286,7 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
   auto* parts = static_cast<Part*>(scratch);
   launch_k(chunk_kernel, dim3(unsigned(nb), unsigned(n_rows)), kT, 0, logits, n_vocab, params, parts);
   const size_t staged = size_t(nb) * kCandidates * sizeof(float);
-  static size_t allowed = 0;  // with its static arrays the kernel passes the 48 KB default: allowed once per size
+  static size_t allowed = 0;  // the default allows 48 KB less the static arrays: set the dynamic size explicitly
   if (staged > allowed) {
     cudaError_t a = cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged));
     if (a != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(a));

@@ -44,8 +44,7 @@ struct MmaArgs {
   int round = 0;  // mma_block_kernel: slices parked in shared memory per round
 };
 
-// Units whose weights a warp of one 16 x 8 tile loads before any is used (the slice's 4 where they fit 32
-// registers); larger warp tiles need their registers for accumulators and keep one unit at a time.
+// Units a warp of one 16 x 8 tile loads before its first mma; larger tiles keep their registers for accumulators.
 template <int kType, int MT, int NT>
 constexpr int mma_ahead() {
   return MT == 1 && NT == 1 && MmaF<kType>::kQ <= 32 ? 4 : 1;
@@ -53,8 +52,7 @@ constexpr int mma_ahead() {
 
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
 // Reads past the last tile or row are clamped (never stored); kOne skips odd rows' scale steps (row 0 is kept).
-// With PF 4 the slice's weights are all loaded first, and units past its end run on its first unit's data without
-// being added: no branch between the loads, so none is deferred to its use.
+// PF 4: units past a short slice rerun unit 0 unadded, so no branch lets ptxas defer the loads to their use.
 template <int kType, int MT, int NT, bool kOne = false, int PF = mma_ahead<kType, MT, NT>()>
 __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
                                           float (&p)[MT][NT][4]) {

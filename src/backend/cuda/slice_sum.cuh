@@ -3,8 +3,7 @@
 
 namespace tf::cuda {
 
-// Element i of a product's slice partials ([slices][n]) added in slice order, eight loads in flight at a time: the
-// one sum that the reduce kernel and every kernel consuming partials directly share (`reverse`: a planted control).
+// Element i of [slices][n] partials added in slice order: one sum for the reduce kernel and every fused consumer.
 __device__ __forceinline__ float slice_sum(const float* __restrict__ partial, int slices, int64_t n, int64_t i,
                                            bool reverse = false) {
   float sum = 0.0f;

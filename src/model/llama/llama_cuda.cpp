@@ -236,13 +236,14 @@ LlamaCudaModel::~LlamaCudaModel() {
 
 int64_t LlamaCudaModel::partial_floats(DevWeight DevLayer::*m, int64_t rows) const {
   int64_t n = 0;
-  for (const DevLayer& L : layers_) n = std::max(n, cuda::gemv_partial_floats(L.*m, std::min<int64_t>(rows, 32)));
+  for (const DevLayer& L : layers_)
+    n = std::max(n, cuda::gemv_partial_floats(L.*m, std::min(rows, cuda::gemv_split_rows())));
   return n;
 }
 
 size_t LlamaCudaModel::product_scratch(int64_t rows) const {
   size_t need = 0;
-  for (int64_t r : {rows, std::min<int64_t>(rows, 32)}) {
+  for (int64_t r : {rows, std::min(rows, cuda::gemv_split_rows())}) {
     need = std::max(need, cuda::gemv_scratch_bytes(output_, r));
     for (const DevLayer& L : layers_)
       for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
@@ -252,7 +253,8 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
 }
 
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
-  cuda::reserve_gemv_scratch(product_scratch(32));  // few-row products' partials, before the pool takes the memory
+  cuda::reserve_gemv_scratch(
+      product_scratch(cuda::gemv_split_rows()));  // few-row products' partials, before the pool takes the memory
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
   // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).

@@ -108,8 +108,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
-    // Q, K and V rows: one stacked product [Q | K | V] per row (stride Dqkv), or three products whose K and V may
-    // stay slice partials for rope_store to add.
+    // One stacked [Q | K | V] product, or three whose K and V may stay partials for rope_store to add.
     int64_t q_stride = Dq;
     cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
     if (Ly.fused_qkv) {
