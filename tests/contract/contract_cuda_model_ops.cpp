@@ -174,6 +174,45 @@ std::string check_cuda_rope_store() {
             return fmt::format("{}: the pool differs at {}: {} vs {}", at, d, pool_got[size_t(d)],
                                pool_want[size_t(d)]);
         }
+  // Real K (Q4_K) and V (Q6_K) products leaving their partials in caller buffers equal the reduced rows.
+  const int64_t E = 768;
+  auto wk = random_weight(GgmlType::Q4_K, E, kvr, rng), wv = random_weight(GgmlType::Q6_K, E, kvr, rng);
+  Buf<uint8_t> dwk(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, E, kvr)));
+  Buf<uint8_t> dwv(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q6_K, E, kvr)));
+  const cuda::DeviceMatrix mk = cuda::upload_matrix(GgmlType::Q4_K, wk.data(), E, kvr, dwk.p);
+  const cuda::DeviceMatrix mv = cuda::upload_matrix(GgmlType::Q6_K, wv.data(), E, kvr, dwv.p);
+  for (int64_t rows : {1, 7}) {
+    const int64_t half = hd / 2;
+    std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t(3 * r + 1);
+    Buf<float> dx(random_floats(size_t(rows * E), rng)), dc(random_floats(size_t(rows * half), rng));
+    Buf<float> ds(random_floats(size_t(rows * half), rng)), dk(std::vector<float>(size_t(rows * kvr)));
+    Buf<float> dv(std::vector<float>(size_t(rows * kvr)));
+    const std::vector<float> nan(size_t(cuda::gemv_partial_floats(mk, rows)), std::nanf(""));
+    Buf<float> kb(nan), vb(nan);
+    Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
+    const auto q0 = random_floats(size_t(rows * n_head * hd), rng);
+    std::vector<std::vector<float>> q_got, pool_got;
+    for (bool partials : {false, true}) {
+      Buf<float> dq(q0), dpool(std::vector<float>(size_t(n_pages * page_floats), 0.0f));
+      cuda::KvSource ks{dk.p, 0, kvr}, vs{dv.p, 0, kvr};
+      if (partials) {
+        const cuda::Partials kp = cuda::gemv_partials(mk, dx.p, rows, dk.p, {}, kb.p);
+        const cuda::Partials vp = cuda::gemv_partials(mv, dx.p, rows, dv.p, {}, vb.p);
+        if (kp.p != kb.p || vp.p != vb.p) return fmt::format("rows={}: K or V partials not in the given buffer", rows);
+        ks = {kp.p, kp.slices, kvr}, vs = {vp.p, vp.slices, kvr};
+      } else {
+        cuda::gemv(mk, dx.p, rows, dk.p);
+        cuda::gemv(mv, dx.p, rows, dv.p);
+      }
+      cuda::rope_store(dq.p, n_head * hd, n_head, ks, vs, rows, hd, hd, dc.p, ds.p, false, dpos.p, dseq.p, dtab.p,
+                       max_pages, dpool.p, page_floats, layer_offset, P, kvr);
+      q_got.push_back(dq.get()), pool_got.push_back(dpool.get());
+    }
+    if (first_bit_difference(q_got[0].data(), q_got[1].data(), q_got[0].size()) >= 0 ||
+        first_bit_difference(pool_got[0].data(), pool_got[1].data(), pool_got[0].size()) >= 0)
+      return fmt::format("rows={}: rope_store from the products' partials differs from their reduced rows", rows);
+  }
   return {};
 }
 
