@@ -92,6 +92,16 @@ __device__ __forceinline__ float2 rope_rotate(float x0, float x1, const float* c
   const float c = cos[at], s = TF_DCTL(132) ? -sin[at] : sin[at];  // planted: sin sign flipped
   return {__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))};
 }
+// Pair t of a row's heads rotated in place (head t / half): the Q path of both RoPE kernels.
+__device__ __forceinline__ void rope_in_place(float* row, int64_t t, int64_t half, int64_t head_dim, const float* cos,
+                                              const float* sin, int64_t r, bool neox) {
+  const int64_t i = t % half;
+  float* x = row + (t / half) * head_dim;
+  int64_t a, b;
+  rope_pair(i, half, neox, a, b);
+  const float2 y = rope_rotate(x[a], x[b], cos, sin, r * half + i);
+  x[a] = y.x, x[b] = y.y;
+}
 // Where row r's K lands in its sequence's page (V follows page_size rows later).
 __device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row_seq, int64_t r,
                                           const int32_t* page_table, int64_t max_pages, float* base,
@@ -106,13 +116,7 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64
   grid_wait();
   const int64_t r = blockIdx.y;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n_heads * half) return;
-  const int64_t h = t / half, i = t % half;
-  float* v = x + r * row_stride + h * head_dim;
-  int64_t a, b;
-  rope_pair(i, half, neox, a, b);
-  const float2 y = rope_rotate(v[a], v[b], cos, sin, r * half + i);
-  v[a] = y.x, v[b] = y.y;
+  if (t < n_heads * half) rope_in_place(x + r * row_stride, t, half, head_dim, cos, sin, r, neox);
 }
 
 // Per row: Q rotated in place, K rotated and V copied into the page slot; rope, rope and kv_store's bits at once.
@@ -128,12 +132,7 @@ __global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, Kv
     return s.slices ? slice_sum(s.p, s.slices, n_rows * kv_row, r * kv_row + j, TF_DCTL(174)) : s.p[r * s.stride + j];
   };
   if (t < n_head * half) {
-    const int64_t h = t / half, i = t % half;
-    float* x = q + r * q_stride + h * head_dim;
-    int64_t a, b;
-    rope_pair(i, half, neox, a, b);
-    const float2 y = rope_rotate(x[a], x[b], cos, sin, r * half + i);
-    x[a] = y.x, x[b] = y.y;
+    rope_in_place(q + r * q_stride, t, half, head_dim, cos, sin, r, neox);
     return;
   }
   t -= n_head * half;
