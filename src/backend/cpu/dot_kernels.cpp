@@ -53,6 +53,13 @@ void WithFormat(GgmlType type, const uint8_t* w, int64_t n_in, const Visit& visi
   using B32 = std::integral_constant<int, 32>;
   using B256 = std::integral_constant<int, 256>;
   auto ptr = [&](int64_t b) { return b; };
+  // Blocks of an f16 scale then their quants (Q4_0, Q8_0), `bytes` long each.
+  auto scaled = [&](int64_t bytes) {
+    return [&, bytes](int64_t b) {
+      const uint8_t* blk = w + b * bytes;
+      return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
+    };
+  };
   switch (type) {
     case GgmlType::F32:
       return visit(
@@ -75,11 +82,7 @@ void WithFormat(GgmlType type, const uint8_t* w, int64_t n_in, const Visit& visi
           Ctl{0, 6, 0, 5, 0}, n_in);
     case GgmlType::Q4_0:
       return visit(
-          B32{},
-          [&](int64_t b) {
-            const uint8_t* blk = w + b * 18;
-            return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
-          },
+          B32{}, scaled(18),
           [&](const ScaleMin& s, int i) {
             bool high = i >= 16;
             if (TF_CTL_ON(7)) high = !high;
@@ -99,11 +102,7 @@ void WithFormat(GgmlType type, const uint8_t* w, int64_t n_in, const Visit& visi
           Ctl{0, 0, 10, 0, 0}, n_in);
     case GgmlType::Q8_0:
       return visit(
-          B32{},
-          [&](int64_t b) {
-            const uint8_t* blk = w + b * 34;
-            return ScaleMin{hn::Set(d, F16(blk)), hn::Zero(d), blk + 2};
-          },
+          B32{}, scaled(34),
           [&](const ScaleMin& s, int i) {
             hn::Vec<DI> q = TF_CTL_ON(11)
                                 ? hn::BitCast(di, hn::PromoteTo(DU32(), hn::LoadU(DU8(), s.qs + i)))
