@@ -51,6 +51,15 @@ double read_bandwidth(ThreadPool& pool) {
   return double(n * sizeof(float)) / median(times);
 }
 
+// A device-bench list given on the command line: at least one entry, each at least 1 (--depth 0 is the plain tg run).
+std::vector<int32_t> bench_list(const std::string& s, const char* flag, const char* what) {
+  const std::vector<int32_t> v = parse_id_list(s, what);
+  if (v.empty()) fail("{} '{}' lists no value", flag, s);
+  for (int32_t x : v)
+    if (x < 1) fail("{} {}: every entry must be at least 1", flag, x);
+  return v;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -70,35 +79,43 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--threads", o->threads);
   c->add_option("--backend", o->backend, "cpu, cuda or auto");
   c->add_option("--pp-list", o->pp_list, "device backend: prompt lengths, e.g. 512,4096 (default: -p)");
-  c->add_option("--ubatch", o->ubatch, "device backend: prompt rows per forward");
+  auto* ubatch = c->add_option("--ubatch", o->ubatch, "device backend: prompt rows per forward");
   c->add_option("--streams", o->streams, "device backend: aggregate decode at these stream counts, e.g. 1,8,32,128");
   c->add_option("--depth", o->depths, "device backend: decode also after these prompt lengths, e.g. 4096,16384");
-  return [o] {
-    // Depths are checked before the model loads, so a bad list fails at once on any machine.
-    std::vector<int64_t> depths;
-    if (!o->depths.empty())
-      for (int32_t v : parse_id_list(o->depths, "--depth length")) {
-        if (v + o->tg > kCudaMaxContext)  // negative entries are refused by the list parser
+  return [o, ubatch] {
+    // The device options are checked before the model loads, so a bad value fails at once on any machine.
+    DeviceBenchOptions d;
+    d.model = o->model;
+    d.tg = o->tg;
+    d.ubatch = o->ubatch;
+    if (o->ubatch < 1) fail("--ubatch {}: a forward needs at least one prompt row", o->ubatch);
+    const bool depth_given = !o->depths.empty();
+    if (depth_given)
+      for (int32_t v : bench_list(o->depths, "--depth", "--depth length")) {
+        if (v + o->tg > kCudaMaxContext)
           fail("--depth {}: depth + -n {} must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
-        depths.push_back(v);
+        d.depths.push_back(v);
       }
+    d.pp = {o->pp};
+    if (!o->pp_list.empty()) {
+      d.pp.clear();
+      for (int32_t v : bench_list(o->pp_list, "--pp-list", "--pp-list length")) {
+        if (v > kCudaMaxContext)
+          fail("--pp-list {}: a prompt must fit the CUDA context limit of {}", v, kCudaMaxContext);
+        d.pp.push_back(v);
+      }
+    }
+    if (!o->streams.empty())
+      for (int32_t v : bench_list(o->streams, "--streams", "--streams count")) d.streams.push_back(v);
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, "", o->backend);
-    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--depth", !depths.empty()},
-                                      {"--pp-list", !o->pp_list.empty()}, {"--streams", !o->streams.empty()}})
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--depth", depth_given},
+                                      {"--pp-list", !o->pp_list.empty()},
+                                      {"--streams", !o->streams.empty()},
+                                      {"--ubatch", ubatch->count() > 0}})
       if (given && m.backend.name != "cuda") fail("{} is measured by the device benchmark only (--backend cuda)", flag);
     if (m.backend.name == "cuda") {
       if (o->tg < 3) fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
-      DeviceBenchOptions d;
-      d.model = o->model;
-      d.pp.clear();
-      for (int32_t v : parse_id_list(o->pp_list.empty() ? std::to_string(o->pp) : o->pp_list, "--pp-list length"))
-        d.pp.push_back(v);
-      d.tg = o->tg;
-      d.ubatch = o->ubatch;
-      if (!o->streams.empty())
-        for (int32_t v : parse_id_list(o->streams, "--streams count")) d.streams.push_back(v);
-      d.depths = depths;
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

@@ -185,14 +185,24 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
 
 
 @pytest.mark.parametrize("args,named", [(["--depth=-1"], "'-1' is not a --depth length"),
-                                        (["--depth", "49100", "-n", "128"], "CUDA context limit of 49152"),
-                                        (["--depth", "4x"], "'4x' is not a --depth length")])
-def test_bench_refuses_a_bad_depth_before_loading(tf_bin, model_path, args, named):
-    proc = tf(tf_bin, "bench", model_path, *args, timeout=60)
-    assert proc.returncode != 0 and "--depth" in proc.stderr and named in proc.stderr, shown(proc)
+                                        (["--depth", "49100", "-n", "128"], "--depth 49100: depth + -n 128 must fit"),
+                                        (["--depth", "4x"], "'4x' is not a --depth length"),
+                                        (["--depth", ","], "--depth ',' lists no value"),
+                                        (["--depth", "0"], "--depth 0: every entry must be at least 1"),
+                                        (["--pp-list", "16,0"], "--pp-list 0: every entry must be at least 1"),
+                                        (["--pp-list", "50000"], "--pp-list 50000: a prompt must fit"),
+                                        (["--pp-list", "1x"], "'1x' is not a --pp-list length"),
+                                        (["--streams", "0"], "--streams 0: every entry must be at least 1"),
+                                        (["--streams", "x"], "'x' is not a --streams count"),
+                                        (["--ubatch", "0"], "--ubatch 0: a forward needs at least one prompt row")])
+def test_bench_refuses_a_bad_device_option_before_loading(tf_bin, tmp_path, args, named):
+    # The model file does not exist: the option must be refused before anything is loaded.
+    proc = tf(tf_bin, "bench", str(tmp_path / "absent.gguf"), *args, timeout=60)
+    assert proc.returncode != 0 and named in proc.stderr and "absent.gguf" not in proc.stderr, shown(proc)
 
 
-@pytest.mark.parametrize("flag,value", [("--depth", "512"), ("--streams", "1,2"), ("--pp-list", "16,32")])
+@pytest.mark.parametrize("flag,value", [("--depth", "512"), ("--streams", "1,2"), ("--pp-list", "16,32"),
+                                        ("--ubatch", "64")])
 def test_bench_refuses_device_options_on_the_cpu(tf_bin, model_path, flag, value):
     proc = tf(tf_bin, "bench", model_path, "--backend", "cpu", "-p", "8", "-n", "4", "-r", "1", flag, value,
               timeout=120)
