@@ -125,11 +125,9 @@ std::string check_gemv(GgmlType type, bool table) {
 
 std::string check_cuda_rmsnorm();
 std::string check_cuda_swiglu();
-std::string check_cuda_rope();
 std::string check_cuda_attention();
 std::string check_cuda_attention_mma();
 std::string check_cuda_embedding(GgmlType type);
-std::string check_cuda_kv_store();
 std::string check_cuda_rope_store();
 std::string check_cuda_residual();
 std::string check_cuda_gather();
@@ -148,10 +146,8 @@ int main() {
   std::map<std::string, std::function<std::string()>> checks = {
       {"rmsnorm", contract::check_cuda_rmsnorm},
       {"swiglu", contract::check_cuda_swiglu},
-      {"rope", contract::check_cuda_rope},
       {"attention", contract::check_cuda_attention},
       {"attention_mma", contract::check_cuda_attention_mma},
-      {"kv_store", contract::check_cuda_kv_store},
       {"rope_store", contract::check_cuda_rope_store},
       {"residual_add", contract::check_cuda_residual},
       {"gather_rows", contract::check_cuda_gather},

@@ -72,42 +72,6 @@ std::string check_cuda_embedding(GgmlType type) {
   return {};
 }
 
-std::string check_cuda_kv_store() {
-  std::mt19937 rng(91);
-  const int64_t P = 8, kvr = 96, n_pages = 12, max_pages = 4, layer_offset = 2 * P * kvr, page_floats = 4 * P * kvr;
-  const std::vector<int32_t> table = {5, 2, 9, 0, 7, 11, 3, 1};  // two sequences of four pages
-  for (int64_t rows : {1, 3, 7}) {
-    std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r)
-      seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
-    // K and V side by side in rows of 2 * kv_row, as the fused QKV product writes them.
-    auto kv2 = random_floats(size_t(rows * 2 * kvr), rng);
-    std::vector<float> k(size_t(rows * kvr)), v(size_t(rows * kvr));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < kvr; ++i)
-        k[size_t(r * kvr + i)] = kv2[size_t(r * 2 * kvr + i)],
-                           v[size_t(r * kvr + i)] = kv2[size_t(r * 2 * kvr + kvr + i)];
-    std::vector<float> pool(size_t(n_pages * page_floats), 0.0f);
-    Buf<float> dkv(kv2), dpool(pool);
-    Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
-    cuda::kv_store(dkv.p, dkv.p + kvr, 2 * kvr, rows, dpos.p, dseq.p, dtab.p, max_pages, dpool.p, page_floats,
-                   layer_offset, P, kvr);
-    auto got = dpool.get();
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t page = table[size_t(seq[size_t(r)] * max_pages + pos[size_t(r)] / P)];
-      const float* kp = got.data() + page * page_floats + layer_offset + (pos[size_t(r)] % P) * kvr;
-      if (first_bit_difference(kp, k.data() + r * kvr, size_t(kvr)) >= 0 ||
-          first_bit_difference(kp + P * kvr, v.data() + r * kvr, size_t(kvr)) >= 0)
-        return fmt::format("rows={} row {}: K or V not at page {} slot {}", rows, r, page, pos[size_t(r)] % P);
-    }
-    int64_t nonzero = 0;
-    for (float f : got) nonzero += f != 0.0f;
-    if (nonzero > 2 * rows * kvr)
-      return fmt::format("rows={}: {} floats written, expected {}", rows, nonzero, 2 * rows * kvr);
-  }
-  return {};
-}
-
 // Q rotated in place, K rotated and V copied into the page slot, K and V given as rows or as slice partials: every
 // float against a host reference in the kernels' own single-rounding float steps, so the comparison is bitwise.
 std::string check_cuda_rope_store() {

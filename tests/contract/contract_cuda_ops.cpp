@@ -1,4 +1,4 @@
-// CUDA RMSNorm, SwiGLU and RoPE against float64 references, with row invariance and a canary.
+// CUDA RMSNorm and SwiGLU against float64 references, with row invariance and a canary.
 #include <fmt/format.h>
 
 #include "backend/cuda/cuda_gemv.h"
@@ -81,41 +81,6 @@ std::string check_cuda_swiglu() {
         if (first_bit_difference(d1.get().data(), z.data() + r * n, size_t(n)) >= 0)
           return fmt::format("swiglu_pairs n={} rows={}: row {} differs from the separate form", n, rows, r);
       }
-    }
-  }
-  return {};
-}
-
-std::string check_cuda_rope() {
-  std::mt19937 rng(19);
-  const int64_t hd = 128, heads = 4;
-  for (bool neox : {false, true}) {
-    for (int64_t n_rot : {128, 64}) {
-      const std::vector<int64_t> pos = {0, 1, 17, 500, 8191};
-      const int64_t rows = int64_t(pos.size()), half = n_rot / 2, stride = heads * hd;
-      auto x = random_floats(size_t(rows * stride), rng);
-      std::vector<float> c(size_t(rows * half)), s(size_t(rows * half));
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < half; ++i) {
-          const double th = double(pos[size_t(r)]) * std::pow(500000.0, -2.0 * double(i) / double(n_rot));
-          c[size_t(r * half + i)] = float(std::cos(th));
-          s[size_t(r * half + i)] = float(std::sin(th));
-        }
-      DevVec dx(x), dc(c), ds(s);
-      cuda::rope(dx.p, rows, stride, heads, hd, n_rot, dc.p, ds.p, neox);
-      auto y = dx.get();
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t i = 0; i < half; ++i) {
-            const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1, base = r * stride + h * hd;
-            const double th = double(pos[size_t(r)]) * std::pow(500000.0, -2.0 * double(i) / double(n_rot));
-            const double x0 = x[size_t(base + a)], x1 = x[size_t(base + b)];
-            const double ra = x0 * std::cos(th) - x1 * std::sin(th), rb = x0 * std::sin(th) + x1 * std::cos(th);
-            const double bound = 8 * kU * (std::fabs(x0) + std::fabs(x1));
-            if (!(std::fabs(y[size_t(base + a)] - ra) <= bound) || !(std::fabs(y[size_t(base + b)] - rb) <= bound))
-              return fmt::format("pos {} head {} pair {} neox={}: ({}, {}) vs ({}, {})", pos[size_t(r)], h, i, neox,
-                                 y[size_t(base + a)], y[size_t(base + b)], ra, rb);
-          }
     }
   }
   return {};

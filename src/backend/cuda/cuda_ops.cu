@@ -92,7 +92,7 @@ __device__ __forceinline__ float2 rope_rotate(float x0, float x1, const float* c
   const float c = cos[at], s = TF_DCTL(132) ? -sin[at] : sin[at];  // planted: sin sign flipped
   return {__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))};
 }
-// Pair t of a row's heads rotated in place (head t / half): the Q path of both RoPE kernels.
+// Pair t of a row's heads rotated in place (head t / half).
 __device__ __forceinline__ void rope_in_place(float* row, int64_t t, int64_t half, int64_t head_dim, const float* cos,
                                               const float* sin, int64_t r, bool neox) {
   const int64_t i = t % half;
@@ -111,15 +111,7 @@ __device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row
   return base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
 }
 
-__global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t half,
-                            const float* cos, const float* sin, bool neox) {
-  grid_wait();
-  const int64_t r = blockIdx.y;
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < n_heads * half) rope_in_place(x + r * row_stride, t, half, head_dim, cos, sin, r, neox);
-}
-
-// Per row: Q rotated in place, K rotated and V copied into the page slot; rope, rope and kv_store's bits at once.
+// Per row: Q rotated in place, K rotated and V copied into its page slot (K and V as rows or partials).
 __global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, KvSource k, KvSource v, int64_t n_rows,
                                   int64_t head_dim, int64_t half, const float* cos, const float* sin, bool neox,
                                   const int32_t* pos, const int32_t* row_seq, const int32_t* page_table,
@@ -169,18 +161,6 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] = TF_DCTL(192) ? x[i] : __fadd_rn(x[i], y[i]);  // planted: the residual term lost
 }
 
-__global__ void kv_store_kernel(const float* k, const float* v, int64_t stride, const int32_t* pos,
-                                const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base,
-                                int64_t page_floats, int64_t layer_offset, int64_t page_size, int64_t kv_row) {
-  grid_wait();
-  const int64_t r = blockIdx.y;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= kv_row) return;
-  float* kp = kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
-  kp[i] = k[r * stride + i];
-  kp[page_size * kv_row + i] = TF_DCTL(172) ? k[r * stride + i] : v[r * stride + i];  // planted: K stored as V
-}
-
 __global__ void gather_rows_kernel(const float* src, const int32_t* idx, int64_t n, float* dst) {
   grid_wait();
   const int64_t r = blockIdx.y;
@@ -204,16 +184,6 @@ void add_inplace(float* x, const float* y, int64_t n) {
   upload_control();
   launch_k(add_kernel, grid(n, 256), 256, 0, x, y, n);
   check_launch("add");
-}
-
-void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
-              const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
-              int64_t layer_offset, int64_t page_size, int64_t kv_row) {
-  if (n_rows == 0) return;
-  upload_control();
-  launch_k(kv_store_kernel, dim3(grid(kv_row, 128), unsigned(n_rows)), 128, 0, k, v, stride, pos, row_seq, page_table,
-           max_pages, base, page_floats, layer_offset, page_size, kv_row);
-  check_launch("kv_store");
 }
 
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst) {
@@ -255,15 +225,6 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* 
   if (parts.p) throw std::runtime_error("swiglu: product partials need the split output");
   launch_k(swiglu_kernel, dim3(unsigned((n + 255) / 256), unsigned(n_rows)), 256, 0, gu, gu + n, out, n, 2 * n);
   check_launch("swiglu_pairs");
-}
-
-void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-          const float* cos, const float* sin, bool neox) {
-  upload_control();
-  const int64_t half = n_rot / 2, pairs = n_heads * half;
-  launch_k(rope_kernel, dim3(unsigned((pairs + 127) / 128), unsigned(n_rows)), 128, 0, x, row_stride, n_heads, head_dim,
-           half, cos, sin, neox);
-  check_launch("rope");
 }
 
 void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, const KvSource& v, int64_t n_rows,

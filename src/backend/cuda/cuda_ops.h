@@ -12,18 +12,10 @@ void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float ep
              float* xsum = nullptr);
 // out = silu(gate) * up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
-// Rotates every head of every row in place with per-row cos/sin tables of n_rot/2 entries (NORM: adjacent pairs,
-// NEOX: halves).
-void rope(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-          const float* cos, const float* sin, bool neox);
 
 // x[r, i] += b[i]; x[i] += y[i] (each sum rounded once).
 void add_bias(float* x, const float* b, int64_t n_rows, int64_t n);
 void add_inplace(float* x, const float* y, int64_t n);
-// Writes each row's K and V (kv_row floats; rows `stride` floats apart) into its sequence's page at position pos[r].
-void kv_store(const float* k, const float* v, int64_t stride, int64_t n_rows, const int32_t* pos,
-              const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
-              int64_t layer_offset, int64_t page_size, int64_t kv_row);
 // out[r, i] = silu(gu[r, i]) * gu[r, n + i], gate|up rows of 2n; with parts (and xs) summed from those partials.
 void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* xs = nullptr, float* xsum = nullptr,
                   const Partials& parts = {});
@@ -33,7 +25,8 @@ struct KvSource {
   int slices = 0;
   int64_t stride = 0;
 };
-// rope on Q (in place) and on K, then kv_store, in one launch with the same bits; K and V may still be partials.
+// RoPE on Q's heads in place (per-row cos/sin tables of n_rot/2; NORM adjacent pairs, NEOX halves) and on K's, then
+// each row's K and V written into its sequence's page at pos[r]; K and V as rows or as their products' partials.
 void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, const KvSource& v, int64_t n_rows,
                 int64_t head_dim, int64_t n_rot, const float* cos, const float* sin, bool neox, const int32_t* pos,
                 const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,

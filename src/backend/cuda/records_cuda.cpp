@@ -52,13 +52,6 @@ std::vector<KernelRecord> make_records() {
                "n 14336, 7; |gate| up to 30; pairs of rows 1,3,7",
                "|y - y64| <= 8 * 2^-24 * |y64| + 2^-140",
                {{121, "sigmoid sign slip"}, {122, "reads the neighbour's up value"}}});
-  r.push_back({"rope",
-               "cuda",
-               {"f32"},
-               "even n_rot <= head_dim, NORM and NEOX",
-               "head_dim 128, n_rot 128 and 64, positions to 8191",
-               "|y - y64| <= 8 * 2^-24 * (|x0| + |x1|)",
-               {{131, "pairs taken with the other pairing"}, {132, "sin sign flipped"}}});
   r.push_back(
       {"attention",
        "cuda",
@@ -91,13 +84,6 @@ std::vector<KernelRecord> make_records() {
                  "512 x 300 tokens; rows 1,2,3,7,16,64; the second-last token",
                  "bit-equal to the codec's exact decode",
                  {{151, "reads the next token's row"}, {152, "an element lost"}}});
-  r.push_back({"kv_store",
-               "cuda",
-               {"f32"},
-               "paged KV, any rows of any sequences, strided K|V rows",
-               "kv_row 96, pages of 8, scrambled page table; rows 1,3,7; K and V side by side",
-               "bit-exact copy to (page_table[seq][pos/P], pos%P), nothing else written",
-               {{171, "written one slot late"}, {172, "K stored as V"}}});
   r.push_back({"rope_store",
                "cuda",
                {"f32"},
