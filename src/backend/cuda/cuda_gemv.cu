@@ -133,11 +133,16 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
   return m;
 }
 
-void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, const SplitX& pre) {
+// What every product checks before it launches anything.
+static void check_product(const DeviceMatrix& w, const float* x) {
   if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
     throw std::runtime_error("gemv: unsupported format or row length");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0 || w.slices < 1)
     throw std::runtime_error("gemv: misaligned weights or activations");
+}
+
+void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, const SplitX& pre) {
+  check_product(w, x);
   if (n_rows == 0) return;
   const int ctl = active_control();
   if (w.mma) {
@@ -155,8 +160,7 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
     gemv(w, x, n_rows, y, nullptr, pre);
     return {};
   }
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0)
-    throw std::runtime_error("gemv: misaligned weights or activations");
+  check_product(w, x);
   Partials out;
   mma_gemv(w, x, n_rows, y, nullptr, active_control(), pre, &out, buf);
   check(cudaGetLastError(), "gemv launch");
