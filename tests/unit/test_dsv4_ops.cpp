@@ -48,6 +48,14 @@ TEST(Dsv4Ops, HadamardIsOrthonormalAndItsOwnInverse) {
   EXPECT_NEAR(n1, n0, 1e-5 * n0);
   hadamard(w.data(), 64);
   for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(w[i], v[i], 1e-5f);
+  // Column j of the Sylvester matrix: entry i is (-1)^popcount(i & j) / 8 (an identity or a permutation fails here).
+  for (int j : {0, 1, 5, 63}) {
+    std::vector<float> e(64, 0.0f);
+    e[size_t(j)] = 1.0f;
+    hadamard(e.data(), 64);
+    for (int i = 0; i < 64; ++i)
+      EXPECT_EQ(e[size_t(i)], (__builtin_popcount(unsigned(i & j)) % 2 ? -1.0f : 1.0f) / 8) << "j " << j << " i " << i;
+  }
 }
 
 TEST(Dsv4Ops, RopeInverseRestoresTheRow) {
@@ -57,6 +65,10 @@ TEST(Dsv4Ops, RopeInverseRestoresTheRow) {
   EXPECT_EQ(w[0], v[0]);  // the leading non-rotary values stay
   EXPECT_EQ(w[1], v[1]);
   EXPECT_NE(w[2], v[2]);
+  // The first rotary pair (2, 3) turns by pos * f[0], adjacent pairs (NORM), within float rounding of the angle.
+  const double a = 1234.0 * f[0];
+  EXPECT_NEAR(w[2], -2.0 * std::cos(a) - 0.5 * std::sin(a), 1e-5);
+  EXPECT_NEAR(w[3], -2.0 * std::sin(a) + 0.5 * std::cos(a), 1e-5);
   rope(w.data(), int64_t(w.size()), f, 1234, -1.0);
   for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(w[i], v[i], 1e-5f);
 }
