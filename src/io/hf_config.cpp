@@ -91,30 +91,16 @@ std::string JsonConfig::get_string(std::string_view key) const {
   fail("{} must be a string, found {}", key_path(key), v.dump());
 }
 
-namespace {
-
-// A list of T from a JSON array (or, with `scalar_ok`, one value), each element accepted by `is_t`.
-template <typename T>
-std::vector<T> json_list(const json& v, bool (json::*is_t)() const noexcept, bool scalar_ok, const std::string& path,
-                         const char* what) {
-  if (scalar_ok && (v.*is_t)()) return {v.get<T>()};
-  if (!v.is_array()) fail("{} must be a list of {}, found {}", path, what, v.dump());
-  std::vector<T> out;
+std::vector<int64_t> JsonConfig::get_ints(std::string_view key) const {
+  const json& v = J(need(key));
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (!v.is_array()) fail("{} must be a list of integers, found {}", key_path(key), v.dump());
+  std::vector<int64_t> out;
   for (const json& e : v) {
-    if (!(e.*is_t)()) fail("{} must be a list of {}, found {}", path, what, e.dump());
-    out.push_back(e.get<T>());
+    if (!e.is_number_integer()) fail("{} must be a list of integers, found {}", key_path(key), e.dump());
+    out.push_back(e.get<int64_t>());
   }
   return out;
-}
-
-}  // namespace
-
-std::vector<int64_t> JsonConfig::get_ints(std::string_view key) const {
-  return json_list<int64_t>(J(need(key)), &json::is_number_integer, true, key_path(key), "integers");
-}
-
-std::vector<double> JsonConfig::get_floats(std::string_view key) const {
-  return json_list<double>(J(need(key)), &json::is_number, false, key_path(key), "numbers");
 }
 
 std::string JsonConfig::get_choice(std::string_view key, std::initializer_list<std::string_view> allowed) const {

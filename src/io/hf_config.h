@@ -24,7 +24,6 @@ class JsonConfig {
   bool get_bool(std::string_view key) const;
   std::string get_string(std::string_view key) const;
   std::vector<int64_t> get_ints(std::string_view key) const;  // a list, or one integer read as a list of one
-  std::vector<double> get_floats(std::string_view key) const;
   // A string that must be one of `allowed`.
   std::string get_choice(std::string_view key, std::initializer_list<std::string_view> allowed) const;
   JsonConfig sub(std::string_view key) const;  // a nested object

@@ -210,6 +210,8 @@ TEST(JsonConfig, TypedReadsNameTheKey) {
   EXPECT_EQ(msg([&] { c.get_int("nothing"); }), "config.json: 'nothing' is required but missing");
   EXPECT_EQ(msg([&] { c.get_int("eps"); }), "config.json: 'eps' must be an integer, found 1e-06");
   EXPECT_EQ(msg([&] { c.get_string("hidden_size"); }), "config.json: 'hidden_size' must be a string, found 64");
+  EXPECT_EQ(msg([&] { c.get_ints("name"); }), "config.json: 'name' must be a list of integers, found \"x\"");
+  EXPECT_EQ(msg([&] { c.get_ints("f"); }), "config.json: 'f' must be a list of integers, found 2.0");
   EXPECT_EQ(msg([&] { c.sub("rope_scaling").get_choice("type", {"linear"}); }),
             "config.json: 'rope_scaling.type' is 'yarn', which is not supported (known: linear)");
   EXPECT_EQ(msg([&] { c.sub("rope_scaling").get_int("original_max_position_embeddings"); }),
