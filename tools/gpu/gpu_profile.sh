@@ -8,9 +8,7 @@ LOGS=${2:-${OUT:-gpu-logs}}
 TOKENS=${TOKENS:-8}
 BIN=${BIN:-build/cuda-release/tensorfold}
 mkdir -p "$LOGS"
-export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "no ncu here"; exit 1; }
+. tools/gpu/ncu_env.sh
 name=$(basename "$MODEL" .gguf)
 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum \
   "$BIN" bench "$MODEL" --backend cuda -p 1 -n "$TOKENS" -r 1 > "$LOGS/ncu_$name.csv" 2> "$LOGS/ncu_$name.err"

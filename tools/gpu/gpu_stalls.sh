@@ -9,9 +9,7 @@ LOGS=${2:-${OUT:-gpu-logs}}
 BIN=${BIN:-build/cuda-release/tensorfold}
 MODEL=${MODEL:-/tmp/q4.gguf}
 mkdir -p "$LOGS"
-export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "no ncu here"; exit 1; }
+. tools/gpu/ncu_env.sh
 "$NCU" --set full --import-source yes --warp-sampling-interval 0 -k "regex:$K" --launch-skip "${SKIP:-40}" -c 1 \
   -o "$LOGS/stalls" "$BIN" bench "$MODEL" --backend cuda -p 1 -n 4 -r 1 ${BENCHARGS:-} > "$LOGS/stalls.log" 2>&1
 "$NCU" -i "$LOGS/stalls.ncu-rep" --page source --csv --print-source sass > "$LOGS/stalls_sass.csv" 2>&1
