@@ -55,10 +55,11 @@ struct Part {  // one chunk's share of a row
   int32_t id[kCandidates];
 };
 
+template <int NT>
 __device__ Best block_best(Best b, Best* sh) {
   sh[threadIdx.x] = b;
   __syncthreads();
-  for (int s = kT / 2; s > 0; s >>= 1) {
+  for (int s = NT / 2; s > 0; s >>= 1) {
     if (int(threadIdx.x) < s && better(sh[threadIdx.x + s], sh[threadIdx.x])) sh[threadIdx.x] = sh[threadIdx.x + s];
     __syncthreads();
   }
@@ -79,38 +80,27 @@ __device__ double block_sum(double x, double* sh) {
   return r;
 }
 
-// Exclusive count of flagged threads before this one, and the block's total (two barriers).
-__device__ int block_rank(bool flag, int& total, int* wsum) {
-  const unsigned bal = __ballot_sync(0xffffffffu, flag);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) wsum[warp] = __popc(bal);
-  __syncthreads();
-  int before = __popc(bal & ((1u << lane) - 1u));
-  total = 0;
-  for (int w = 0; w < kT / 32; ++w) {
-    if (w < warp) before += wsum[w];
-    total += wsum[w];
-  }
-  __syncthreads();
-  return before;
-}
+constexpr int kMergeT = 1024;  // the merge's one block per row has its SM alone: more warps hide its latencies
 
 struct Shared {
   uint32_t hist[256];
-  int32_t wsum[kT / 32];
-  uint32_t bin, above, at_bin;  // at_bin after the last pass: how many keys equal the cut
+  int32_t wsum[256 / 32];
+  int32_t seg_eq[kMergeT / 32], seg_gt[kMergeT / 32];  // per warp's segment: keys equal to the cut and above it
+  uint32_t bin, above, at_bin;                         // at_bin after the last pass: how many keys equal the cut
 };
 
 // The `want` largest of src's entries by (logit desc, id asc), written in src order (src is in id order): a radix
 // select of the want-th key eight bits at a time, then one ordered pass that keeps the lowest ids among its ties.
-template <class Src>
+template <int NT, class Src>
 __device__ void select_top(const Src& src, int64_t count, int64_t want, float* ol, int32_t* oi, Shared& sh) {
+  static_assert(NT % 256 == 0 && NT <= kMergeT);
   uint32_t prefix = 0, mask = 0;
   int64_t remaining = want;
+  const int b = threadIdx.x;  // threads 0-255 own a histogram bin each
   for (int shift = 24; shift >= 0; shift -= 8) {
-    sh.hist[threadIdx.x] = 0;
+    if (b < 256) sh.hist[b] = 0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < count; i += kT) {
+    for (int64_t i = threadIdx.x; i < count; i += NT) {
       // One atomic per distinct bin in the warp: logits crowd a few bins, and one add per key serialises there.
       const uint32_t k = key_of(src.logit(i));
       const bool in = src.valid(i) && (k & mask) == prefix;
@@ -120,41 +110,65 @@ __device__ void select_top(const Src& src, int64_t count, int64_t want, float* o
         atomicAdd(&sh.hist[bin], unsigned(__popc(peers)));
     }
     __syncthreads();
-    // Thread b: keys in bins >= b (a suffix sum over the warps, high bins first); the cut is the highest such bin
-    // that holds the remaining ones.
-    const int b = threadIdx.x;
-    uint32_t incl = sh.hist[b];
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t v = __shfl_down_sync(0xffffffffu, incl, o);
-      if ((b & 31) + o < 32) incl += v;
+    // Bin b: keys in bins >= b (a suffix sum over the warps, high bins first); the cut is the highest such bin that
+    // holds the remaining ones.
+    uint32_t incl = 0;
+    if (b < 256) {
+      incl = sh.hist[b];
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_down_sync(0xffffffffu, incl, o);
+        if ((b & 31) + o < 32) incl += v;
+      }
+      if ((b & 31) == 0) sh.wsum[b >> 5] = int32_t(incl);
     }
-    if ((b & 31) == 0) sh.wsum[b >> 5] = int32_t(incl);
     __syncthreads();
-    for (int w = (b >> 5) + 1; w < kT / 32; ++w) incl += uint32_t(sh.wsum[w]);
-    const uint32_t next = __shfl_down_sync(0xffffffffu, incl, 1);
-    const uint32_t incl_next = b == 255 ? 0u : (b & 31) == 31 ? incl - sh.hist[b] : next;
-    if (int64_t(incl) >= remaining && (b == 255 || int64_t(incl_next) < remaining))
-      sh.bin = b, sh.above = incl_next, sh.at_bin = sh.hist[b];
+    if (b < 256) {
+      for (int w = (b >> 5) + 1; w < 256 / 32; ++w) incl += uint32_t(sh.wsum[w]);
+      const uint32_t next = __shfl_down_sync(0xffffffffu, incl, 1);
+      const uint32_t incl_next = b == 255 ? 0u : (b & 31) == 31 ? incl - sh.hist[b] : next;
+      if (int64_t(incl) >= remaining && (b == 255 || int64_t(incl_next) < remaining))
+        sh.bin = b, sh.above = incl_next, sh.at_bin = sh.hist[b];
+    }
     __syncthreads();
     prefix |= sh.bin << shift;
     mask |= 255u << shift;
     remaining -= sh.above;
     __syncthreads();
   }
+  // The picks in src order: each warp takes one contiguous segment, counts its ties and keys above the cut, then
+  // writes its picks after those of the warps before it, ranking within the warp by ballot.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned before = (1u << lane) - 1u;
+  const int64_t seg = (count + NT / 32 - 1) / (NT / 32);
+  const int64_t s0 = min(count, warp * seg), s1 = min(count, s0 + seg);
+  auto key_at = [&](int64_t i, bool& ok) {
+    ok = i < s1 && src.valid(i);
+    return ok ? key_of(src.logit(i)) : 0u;
+  };
+  int32_t n_eq = 0, n_gt = 0;
+  for (int64_t i0 = s0; i0 < s1; i0 += 32) {
+    bool ok;
+    const uint32_t k = key_at(i0 + lane, ok);
+    n_eq += __popc(__ballot_sync(0xffffffffu, ok && k == prefix));
+    n_gt += __popc(__ballot_sync(0xffffffffu, ok && k > prefix));
+  }
+  if (lane == 0) sh.seg_eq[warp] = n_eq, sh.seg_gt[warp] = n_gt;
+  __syncthreads();
   int64_t ties = 0, n = 0;
-  for (int64_t t0 = 0; t0 < count; t0 += kT) {
-    const int64_t i = t0 + threadIdx.x;
-    const bool ok = i < count && src.valid(i);
-    const uint32_t k = ok ? key_of(src.logit(i)) : 0u;
+  for (int w = 0; w < warp; ++w) ties += sh.seg_eq[w], n += sh.seg_gt[w];
+  const int64_t skip = int64_t(sh.at_bin) - remaining;  // planted 163 keeps the ties ranked from here on
+  n += TF_DCTL(163) ? (ties > skip ? ties - skip : 0) : (ties < remaining ? ties : remaining);
+  for (int64_t i0 = s0; i0 < s1; i0 += 32) {
+    bool ok;
+    const uint32_t k = key_at(i0 + lane, ok);
     const bool eq = ok && k == prefix;
-    int n_eq = 0, n_sel = 0;
-    const int r_eq = block_rank(eq, n_eq, sh.wsum);
-    const int64_t rank = ties + r_eq;  // planted: the highest ids among the ties instead of the lowest
-    const bool sel =
-        ok && (k > prefix || (eq && (TF_DCTL(163) ? rank >= int64_t(sh.at_bin) - remaining : rank < remaining)));
-    const int r_sel = block_rank(sel, n_sel, sh.wsum);
-    if (sel && n + r_sel < want) ol[n + r_sel] = src.logit(i), oi[n + r_sel] = src.id(i);
-    ties += n_eq, n += n_sel;
+    const unsigned eb = __ballot_sync(0xffffffffu, eq);
+    const int64_t rank = ties + __popc(eb & before);  // planted: the highest ids among the ties instead of the lowest
+    const bool sel = ok && (k > prefix || (eq && (TF_DCTL(163) ? rank >= skip : rank < remaining)));
+    const unsigned sb = __ballot_sync(0xffffffffu, sel);
+    const int64_t at = n + __popc(sb & before);
+    if (sel && at < want) ol[at] = src.logit(i0 + lane), oi[at] = src.id(i0 + lane);
+    ties += __popc(eb), n += __popc(sb);
   }
 }
 
@@ -181,7 +195,7 @@ __global__ void __launch_bounds__(kT)
     Best c{double(l[v]), l[v], int32_t(v)};
     if (better(c, g)) g = c;
   }
-  g = block_best(g, sb);
+  g = block_best<kT>(g, sb);
   double s = 0;
   if (g.v != -INFINITY)
     for (int64_t v = c0 + threadIdx.x; v < c1; v += kT)
@@ -198,10 +212,10 @@ __global__ void __launch_bounds__(kT)
       if (better(c, gb)) gb = c;
     }
     st = block_sum(st, sd);
-    gb = block_best(gb, sb);
+    gb = block_best<kT>(gb, sb);
   }
   const int64_t want = c1 - c0 < kCandidates ? c1 - c0 : kCandidates;
-  select_top(ChunkSrc{l, c0}, c1 - c0, want, o.logit, o.id, sh);
+  select_top<kT>(ChunkSrc{l, c0}, c1 - c0, want, o.logit, o.id, sh);
   if (threadIdx.x == 0) o.g = g, o.gb = gb, o.s = s, o.st = st, o.n = int32_t(want);
 }
 
@@ -216,13 +230,13 @@ struct PartSrc {  // the chunks' candidates, their logits staged in shared memor
 
 constexpr int kMaxChunks = int(kMaxSampledVocab / kChunk);  // 1 KB of staged logits each, within 227 KB
 
-__global__ void __launch_bounds__(kT)
+__global__ void __launch_bounds__(kMergeT)
     merge_kernel(int64_t V, const SampleRow* params, const Part* parts, RowCandidatesDev* out) {
   grid_wait();
   extern __shared__ float staged[];
   __shared__ int32_t n[kMaxChunks];
   __shared__ Shared sh;
-  __shared__ Best sb[kT];
+  __shared__ Best sb[kMergeT];
   __shared__ struct {
     bool skip;
     double s, st, f, ft;  // the chunk's sums and their factors to the row's maximum
@@ -231,23 +245,23 @@ __global__ void __launch_bounds__(kT)
   const Part* pr = parts + blockIdx.x * nb;
   const SampleRow p = params[blockIdx.x];
   RowCandidatesDev& o = out[blockIdx.x];
-  for (int64_t b = threadIdx.x; b < nb; b += kT) n[b] = pr[b].n;
+  for (int64_t b = threadIdx.x; b < nb; b += kMergeT) n[b] = pr[b].n;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < nb * kCandidates; i += kT)
+  for (int64_t i = threadIdx.x; i < nb * kCandidates; i += kMergeT)
     staged[i] = (i % kCandidates) < n[i / kCandidates] ? pr[i / kCandidates].logit[i % kCandidates] : 0.0f;
   __syncthreads();
   const int64_t want = V < kCandidates ? V : kCandidates;
-  select_top(PartSrc{pr, staged, n}, nb * kCandidates, want, o.logit, o.id, sh);
+  select_top<kMergeT>(PartSrc{pr, staged, n}, nb * kCandidates, want, o.logit, o.id, sh);
   // Bests under a total order (any merge order), each chunk's factor in parallel, the terms added in chunk order.
   Best g{-INFINITY, -INFINITY, INT32_MAX}, gb = g;
-  for (int64_t b = threadIdx.x; b < nb; b += kT) {
+  for (int64_t b = threadIdx.x; b < nb; b += kMergeT) {
     if (better(pr[b].g, g)) g = pr[b].g;
     if (better(pr[b].gb, gb)) gb = pr[b].gb;
   }
-  g = block_best(g, sb);
-  gb = block_best(gb, sb);
+  g = block_best<kMergeT>(g, sb);
+  gb = block_best<kMergeT>(gb, sb);
   const double max_t = p.temperature > 0 ? g.v / p.temperature : 0;
-  for (int64_t b = threadIdx.x; b < nb; b += kT) {
+  for (int64_t b = threadIdx.x; b < nb; b += kMergeT) {
     const double v = pr[b].g.v;
     term[b] = {v == -INFINITY, pr[b].s, pr[b].st, v == -INFINITY ? 0.0 : exp(v - g.v),
                v == -INFINITY || !(p.temperature > 0) ? 0.0 : exp(v / p.temperature - max_t)};
@@ -292,7 +306,7 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
     if (a != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(a));
     allowed = staged;
   }
-  launch_k(merge_kernel, unsigned(n_rows), kT, staged, n_vocab, params, parts, out);
+  launch_k(merge_kernel, unsigned(n_rows), kMergeT, staged, n_vocab, params, parts, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(e));
 }
