@@ -253,8 +253,8 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
 }
 
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
-  cuda::reserve_gemv_scratch(
-      product_scratch(cuda::gemv_split_rows()));  // few-row products' partials, before the pool takes the memory
+  // Few-row products' partials, reserved before the pool takes the memory.
+  cuda::reserve_gemv_scratch(product_scratch(cuda::gemv_split_rows()));
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
   // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).

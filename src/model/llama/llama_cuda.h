@@ -16,7 +16,6 @@ constexpr int64_t kAttnChunkRows = 32;
 
 // The llama family on one CUDA device: weights copied to device memory as the file stores them, KV pages on the
 // device, every kernel row-invariant, decode-shaped rounds replayed as CUDA graphs.
-
 class LlamaCudaModel : public Model {
  public:
   explicit LlamaCudaModel(std::shared_ptr<const GgufFile> file);
