@@ -220,7 +220,7 @@ std::string check_cuda_gather() {
 std::string check_cuda_candidates() {
   std::mt19937 rng(94);
   const int64_t C = cuda::kCandidates;
-  for (int64_t V : {int64_t(128256), int64_t(49152), int64_t(1000), int64_t(100)}) {
+  for (int64_t V : {cuda::kMaxSampledVocab, int64_t(128256), int64_t(49152), int64_t(1000), int64_t(100)}) {
     const int64_t rows = 7;
     std::vector<float> l = random_floats(size_t(rows * V), rng, 8.0f);
     for (int64_t i = 0; i < V; ++i)

@@ -55,15 +55,22 @@ struct Part {  // one chunk's share of a row
   int32_t id[kCandidates];
 };
 
+__device__ Best shfl_best(const Best& b, int lane_mask) {
+  return {__shfl_xor_sync(0xffffffffu, b.v, lane_mask), __shfl_xor_sync(0xffffffffu, b.l, lane_mask),
+          __shfl_xor_sync(0xffffffffu, b.id, lane_mask)};
+}
+// The block's best by warp shuffles, then the warps' bests in order: one Best of shared memory per warp.
 template <int NT>
 __device__ Best block_best(Best b, Best* sh) {
-  sh[threadIdx.x] = b;
-  __syncthreads();
-  for (int s = NT / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s && better(sh[threadIdx.x + s], sh[threadIdx.x])) sh[threadIdx.x] = sh[threadIdx.x + s];
-    __syncthreads();
+  for (int m = 16; m > 0; m >>= 1) {
+    const Best o = shfl_best(b, m);
+    if (better(o, b)) b = o;
   }
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = b;
+  __syncthreads();
   Best r = sh[0];
+  for (int w = 1; w < NT / 32; ++w)
+    if (better(sh[w], r)) r = sh[w];
   __syncthreads();
   return r;
 }
@@ -183,7 +190,7 @@ struct ChunkSrc {
 __global__ void __launch_bounds__(kT)
     chunk_kernel(const float* logits, int64_t V, const SampleRow* params, Part* parts) {
   grid_wait();
-  __shared__ Best sb[kT];
+  __shared__ Best sb[kT / 32];
   __shared__ double sd[kT];
   __shared__ Shared sh;
   const int64_t nb = gridDim.x, c0 = int64_t(blockIdx.x) * kChunk, c1 = c0 + kChunk < V ? c0 + kChunk : V;
@@ -236,7 +243,7 @@ __global__ void __launch_bounds__(kMergeT)
   extern __shared__ float staged[];
   __shared__ int32_t n[kMaxChunks];
   __shared__ Shared sh;
-  __shared__ Best sb[kMergeT];
+  __shared__ Best sb[kMergeT / 32];
   __shared__ struct {
     bool skip;
     double s, st, f, ft;  // the chunk's sums and their factors to the row's maximum

@@ -128,8 +128,8 @@ std::vector<KernelRecord> make_records() {
        {"f32"},
        "vocabularies up to 819,200 entries, up to 65,535 rows; 256 candidates per row, a block per 4096-logit chunk "
        "then one merging block per row",
-       "V 128256, 49152, 1000, 100; 7 rows incl. ties across the cut (in one chunk and over all chunks) and a tied "
-       "maximum; each row alone",
+       "V 819200 (the largest accepted), 128256, 49152, 1000, 100; 7 rows incl. ties across the cut (in one chunk "
+       "and over all chunks) and a tied maximum; each row alone",
        "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1)",
        {{161, "lse summed from float exps"},
         {162, "ties go to the higher id"},
