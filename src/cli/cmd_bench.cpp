@@ -89,6 +89,11 @@ Runner add_bench(CLI::App& app) {
     d.tg = o->tg;
     d.ubatch = o->ubatch;
     if (o->ubatch < 1) fail("--ubatch {}: a forward needs at least one prompt row", o->ubatch);
+    if (o->pp < 1) fail("-p {}: the prompt needs at least one token", o->pp);
+    if (o->tg < 1) fail("-n {}: generation needs at least one token", o->tg);
+    if (o->reps < 1) fail("-r {}: at least one repetition is needed", o->reps);
+    if (o->backend == "cuda" && o->tg < 3)
+      fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
     const bool depth_given = !o->depths.empty();
     if (depth_given)
       for (int32_t v : bench_list(o->depths, "--depth", "--depth length")) {
