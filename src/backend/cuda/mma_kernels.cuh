@@ -259,6 +259,11 @@ __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
 
 constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks or warps
 
+template <int kType>
+bool wgmma_ready();  // mma_wgmma.cuh
+template <int kType>
+void launch_wgmma(const MmaArgs& A);
+
 template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
   const int64_t tiles = (A.w.n_out + 15) / 16;
@@ -324,9 +329,15 @@ void launch_mma(const MmaArgs& A) {
     }
     return;
   }
+  if (wgmma_ready<kType>()) {
+    launch_wgmma<kType>(A);
+    return;
+  }
   constexpr int MT = 2, NT = 2;  // 32 x 16 per warp keeps the three accumulator sets within the register file
   const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
   launch_k(mma_full_kernel<kType, MT, NT>, grid, 128, 0, A);
 }
 
 }  // namespace tf::cuda
+
+#include "backend/cuda/mma_wgmma.cuh"
