@@ -29,7 +29,7 @@ __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)
 }
 #endif
 
-// A block of one warpgroup over 64 outputs x 64 rows: per slice the block stages x's hi and lo parts in wgmma's
+// A block of two warpgroups over 128 outputs x 64 rows: per slice the block stages x's hi and lo parts in wgmma's
 // no-swizzle K-major layout ([step][hi, lo][8-column chunk][row][8]), then warp w multiplies output tile w.
 template <int kType>
 __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
