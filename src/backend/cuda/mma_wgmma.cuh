@@ -9,20 +9,21 @@
 // accumulators (tools/gpu/probe_wgmma.cu), and the contract compares every row of a many-row call with the row alone.
 namespace tf::cuda {
 
-constexpr int kWgRows = 32;                                        // activation rows per block: the wgmma N
-constexpr int kWgWarps = 12;                                       // three warpgroups: 192 outputs share the staged x
-constexpr int kWgAcc = kWgRows / 2;                                // accumulators a thread holds
+constexpr int kWgRows = 64;                                        // activation rows per block: the wgmma N
+constexpr int kWgWarps = 8;                                        // two warpgroups: 128 outputs share the staged x
 constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;      // one step's hi and lo B: two 8-column chunks
 constexpr size_t kWgSmem = 16 * kWgStepBytes + kWgRows * 8 * 4;    // a slice's B, then its rows' group sums
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void wgmma_m64n32(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
       : "memory");
 }
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
   const int64_t tile = int64_t(blockIdx.x) * kWgWarps + warp, tm = tile < last_tile ? tile : last_tile;
   const int64_t row0 = int64_t(blockIdx.y) * kWgRows;
   const uint32_t sm_addr = uint32_t(__cvta_generic_to_shared(sm_b));
-  float tot[kWgAcc];
+  float tot[32];
   for (int sl = 0; sl < w.slices; ++sl) {
     const int64_t rem = w.units - int64_t(sl) * 4;
     const int nk = rem < 4 ? int(rem) : 4;
@@ -79,33 +80,33 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     typename F::Raw raw[4];
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) raw[kb] = F::load(w.q, w.h, at + (kb < nk ? kb : 0) * 32);
-    float p[kWgAcc];
+    float p[32];
 #pragma unroll
-    for (int i = 0; i < kWgAcc; ++i) p[i] = 0.0f;
+    for (int i = 0; i < 32; ++i) p[i] = 0.0f;
     // Groups in a two-deep pipeline: group q's wgmma run while group q - 1's scale steps run on the CUDA cores.
     const int ng = nk * 4 / F::kSpg;
-    float c[2][kWgAcc];
+    float c[2][32];
     uint32_t a[2][F::kSpg][4];
-    // LBO: the next 8 columns (k) are kWgRows rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
+    // LBO: the next 8 columns (k) are 64 rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
     const uint64_t lbo_sbo = (uint64_t((kWgRows * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-    auto pin = [](float(&x)[kWgAcc]) {  // orders reads of a finished group's accumulators after its wait
+    auto pin = [](float(&x)[32]) {  // orders reads of a finished group's accumulators after its wait
 #pragma unroll
-      for (int i = 0; i < kWgAcc; ++i) asm volatile("" : "+f"(x[i])::"memory");
+      for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(x[i])::"memory");
     };
     auto issue = [&](int q) {
       const int b = q & 1, st0 = q * F::kSpg;
 #pragma unroll
       for (int s = 0; s < F::kSpg; ++s) F::frag(raw[st0 / 4], st0 % 4 + s, a[b][s]);
 #pragma unroll
-      for (int i = 0; i < kWgAcc; ++i) c[b][i] = 0.0f;  // C = +0, as mma_bf16_z gives it
+      for (int i = 0; i < 32; ++i) c[b][i] = 0.0f;  // C = +0, as mma_bf16_z gives it
       pin(c[b]);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int s = 0; s < F::kSpg; ++s) {
         const uint32_t base = sm_addr + uint32_t((st0 + s) * kWgStepBytes);
-        wgmma_m64n32(c[b], a[b][s], uint64_t((base & 0x3FFFF) >> 4) | lbo_sbo);
+        wgmma_m64n64(c[b], a[b][s], uint64_t((base & 0x3FFFF) >> 4) | lbo_sbo);
         if (!TF_MCTL(103))  // planted: the lo part dropped
-          wgmma_m64n32(c[b], a[b][s], uint64_t(((base + 2 * kWgRows * 16) & 0x3FFFF) >> 4) | lbo_sbo);
+          wgmma_m64n64(c[b], a[b][s], uint64_t(((base + 2 * kWgRows * 16) & 0x3FFFF) >> 4) | lbo_sbo);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       const int b = q & 1;
       const float2 sc[2] = {F::group(meta[0], q), F::group(meta[1], q)};
 #pragma unroll
-      for (int jn = 0; jn < kWgRows / 8; ++jn)
+      for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float v = p[4 * jn + e];
@@ -149,10 +150,10 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       }
     }
 #pragma unroll
-    for (int i = 0; i < kWgAcc; ++i) tot[i] = sl == 0 ? p[i] : __fadd_rn(tot[i], p[i]);
+    for (int i = 0; i < 32; ++i) tot[i] = sl == 0 ? p[i] : __fadd_rn(tot[i], p[i]);
   }
 #pragma unroll
-  for (int jn = 0; jn < kWgRows / 8; ++jn)
+  for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
