@@ -42,6 +42,8 @@ struct MmaArgs {
   float* partial;  // [slices][rows][n_out] when the slices run in separate blocks
   int ctl;
   int round = 0;  // mma_block_kernel: slices parked in shared memory per round
+  uint8_t* xw = nullptr;  // mma_wgmma_kernel: x in the blocks' shared-memory image (mma_wg_stage_kernel)
+  float* xsw = nullptr;
 };
 
 // Units a warp of one 16 x 8 tile loads before its first mma; larger tiles keep their registers for accumulators.

@@ -1,6 +1,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 // Many rows on Hopper: the products' arithmetic (mma_kernels.cuh) with warpgroup mma. A warpgroup takes 64 outputs x
@@ -12,7 +13,44 @@ namespace tf::cuda {
 constexpr int kWgRows = 64;                                        // activation rows per block: the wgmma N
 constexpr int kWgWarps = 8;                                        // two warpgroups: 128 outputs share the staged x
 constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;      // one step's hi and lo B: two 8-column chunks
-constexpr size_t kWgSmem = 16 * kWgStepBytes + kWgRows * 8 * 4;    // a slice's B, then its rows' group sums
+constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;                  // a slice's group sums of the block's rows
+constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;         // one slice: B, then the group sums
+constexpr size_t kWgSmem = 2 * kWgBuf + 16;                         // two slices in flight, and their two barriers
+
+// x rearranged once per call into the blocks' shared-memory image, so a slice arrives by one bulk copy:
+// xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][row][8] (zeros past the row).
+template <int kUnused = 0>
+__global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* __restrict__ xsum, int64_t n_in,
+                                    int64_t n_rows, int slices, uint8_t* __restrict__ xw, float* __restrict__ xsw,
+                                    int ctl) {
+  grid_wait();
+  const int64_t steps = n_in / 16, groups32 = n_in / 32, blocks = (n_rows + kWgRows - 1) / kWgRows;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < blocks * kWgRows * steps) {
+    const int64_t rb = i / (kWgRows * steps), s = (i / kWgRows) % steps;
+    const int n = int(i % kWgRows);
+    int64_t r = rb * kWgRows + n < n_rows ? rb * kWgRows + n : n_rows - 1;
+    if (TF_MCTL(102) && r > 0 && s < 2) r -= 1;  // planted: a row reads its neighbour's activations
+    const uint4* src = xs + (r * steps + s) * 4;
+    const uint4 u0 = __ldg(src), u1 = __ldg(src + 1), u2 = __ldg(src + 2), u3 = __ldg(src + 3);
+    uint8_t* dst = xw + (rb * steps + s) * kWgStepBytes + n * 16;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(u0.x, u1.x, u2.x, u3.x);                    // hi, k 0-7
+    *reinterpret_cast<uint4*>(dst + kWgRows * 16) = make_uint4(u0.y, u1.y, u2.y, u3.y);      // hi, k 8-15
+    *reinterpret_cast<uint4*>(dst + 2 * kWgRows * 16) = make_uint4(u0.z, u1.z, u2.z, u3.z);  // lo, k 0-7
+    *reinterpret_cast<uint4*>(dst + 3 * kWgRows * 16) = make_uint4(u0.w, u1.w, u2.w, u3.w);  // lo, k 8-15
+  }
+  if (i < blocks * slices * kWgRows * 8) {
+    const int64_t rb = i / (int64_t(slices) * kWgRows * 8), sl = (i / (kWgRows * 8)) % slices;
+    const int n = int((i / 8) % kWgRows), j = int(i % 8);
+    const int64_t r = rb * kWgRows + n < n_rows ? rb * kWgRows + n : n_rows - 1;
+    xsw[i] = sl * 8 + j < groups32 ? __ldg(xsum + r * groups32 + sl * 8 + j) : 0.0f;
+  }
+}
+
+inline size_t mma_wg_stage_bytes(int64_t n_in, int64_t n_rows, int slices) {  // xw, then xsw
+  const int64_t blocks = (n_rows + kWgRows - 1) / kWgRows;
+  return size_t(blocks * (n_in / 16)) * kWgStepBytes + size_t(blocks * slices) * kWgXsumBytes;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
@@ -37,39 +75,52 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using F = MmaF<kType>;
   extern __shared__ __align__(128) uint8_t sm_b[];
-  float* sm_xsum = reinterpret_cast<float*>(sm_b + 16 * kWgStepBytes);  // [row][8 groups of the slice]
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
   const DeviceMatrix& w = A.w;
-  const int64_t last_tile = (w.n_out + 15) / 16 - 1, steps = w.n_in / 16, groups32 = w.n_in / 32;
+  const int64_t last_tile = (w.n_out + 15) / 16 - 1, steps = w.n_in / 16;
   const int64_t tile = int64_t(blockIdx.x) * kWgWarps + warp, tm = tile < last_tile ? tile : last_tile;
   const int64_t row0 = int64_t(blockIdx.y) * kWgRows;
-  const uint32_t sm_addr = uint32_t(__cvta_generic_to_shared(sm_b));
+  const uint32_t sm_base = uint32_t(__cvta_generic_to_shared(sm_b)), bar0 = sm_base + uint32_t(2 * kWgBuf);
+  const uint8_t* xw_blk = A.xw + int64_t(blockIdx.y) * steps * kWgStepBytes;
+  const float* xsw_blk = A.xsw + int64_t(blockIdx.y) * w.slices * kWgRows * 8;
+  auto units_of = [&](int sl) {
+    const int64_t rem = w.units - int64_t(sl) * 4;
+    return rem < 4 ? int(rem) : 4;
+  };
+  // Thread 0 starts slice sl's copies into buffer sl % 2; its barrier completes when all their bytes have landed.
+  auto fetch = [&](int sl) {
+    const uint32_t buf = sm_base + uint32_t((sl & 1) * kWgBuf), bar = bar0 + 8 * (sl & 1);
+    const uint32_t b_bytes = uint32_t(units_of(sl) * 4 * kWgStepBytes);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(b_bytes + uint32_t(kWgXsumBytes))
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
+                 "l"(xw_blk + int64_t(sl) * 16 * kWgStepBytes), "r"(b_bytes), "r"(bar)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     buf + uint32_t(16 * kWgStepBytes)),
+                 "l"(xsw_blk + int64_t(sl) * kWgRows * 8), "r"(uint32_t(kWgXsumBytes)), "r"(bar)
+                 : "memory");
+  };
+  if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fetch(0);
+    if (w.slices > 1) fetch(1);
+  }
+  __syncthreads();
   float tot[32];
   for (int sl = 0; sl < w.slices; ++sl) {
-    const int64_t rem = w.units - int64_t(sl) * 4;
-    const int nk = rem < 4 ? int(rem) : 4;
-    __syncthreads();  // the previous slice's wgmma reads are complete (each group waits for its own)
-    for (int i = tid; i < 16 * kWgRows; i += kWgWarps * 32) {
-      const int n = i % kWgRows, s = i / kWgRows;
-      if (s >= nk * 4) continue;
-      int64_t r = row0 + n < A.n_rows ? row0 + n : A.n_rows - 1;
-      if (TF_MCTL(102) && r > 0 && sl == 0 && s < 2) r -= 1;  // planted: a row reads its neighbour's activations
-      const uint4* src = A.xs + (r * steps + int64_t(sl) * 16 + s) * 4;
-      const uint4 u0 = __ldg(src), u1 = __ldg(src + 1), u2 = __ldg(src + 2), u3 = __ldg(src + 3);
-      uint8_t* dst = sm_b + s * kWgStepBytes + n * 16;
-      *reinterpret_cast<uint4*>(dst) = make_uint4(u0.x, u1.x, u2.x, u3.x);                          // hi, k 0-7
-      *reinterpret_cast<uint4*>(dst + kWgRows * 16) = make_uint4(u0.y, u1.y, u2.y, u3.y);            // hi, k 8-15
-      *reinterpret_cast<uint4*>(dst + 2 * kWgRows * 16) = make_uint4(u0.z, u1.z, u2.z, u3.z);        // lo, k 0-7
-      *reinterpret_cast<uint4*>(dst + 3 * kWgRows * 16) = make_uint4(u0.w, u1.w, u2.w, u3.w);        // lo, k 8-15
-    }
-    if constexpr (F::kMin)
-      for (int i = tid; i < kWgRows * 8; i += kWgWarps * 32) {
-        const int64_t r = row0 + i / 8 < A.n_rows ? row0 + i / 8 : A.n_rows - 1;
-        sm_xsum[i] = i % 8 < nk * 2 ? __ldg(A.xsum + r * groups32 + int64_t(sl) * 8 + i % 8) : 0.0f;
-      }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the staged B visible to the tensor cores
-    __syncthreads();
+    const int nk = units_of(sl);
+    const uint32_t sm_addr = sm_base + uint32_t((sl & 1) * kWgBuf);
+    const float* sm_xsum = reinterpret_cast<const float*>(sm_b + (sl & 1) * kWgBuf + 16 * kWgStepBytes);
+    asm volatile(
+        "{\n.reg .pred done;\nwait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(bar0 + 8 * (sl & 1)),
+        "r"((sl >> 1) & 1)
+        : "memory");
     uint32_t meta[2][F::kMeta > 0 ? F::kMeta : 1];
     const uint32_t* m = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * F::kMeta;
 #pragma unroll
@@ -151,6 +202,11 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     }
 #pragma unroll
     for (int i = 0; i < 32; ++i) tot[i] = sl == 0 ? p[i] : __fadd_rn(tot[i], p[i]);
+    __syncthreads();  // every warp is done with this buffer (its wgmma waited, its sums read)
+    if (tid == 0 && sl + 2 < w.slices) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      fetch(sl + 2);
+    }
   }
 #pragma unroll
   for (int jn = 0; jn < 8; ++jn)
@@ -180,6 +236,10 @@ bool wgmma_ready() {
 
 template <int kType>
 void launch_wgmma(const MmaArgs& A) {
+  const int64_t blocks = (A.n_rows + kWgRows - 1) / kWgRows, steps = A.w.n_in / 16;
+  const int64_t work = std::max<int64_t>(blocks * kWgRows * steps, blocks * A.w.slices * kWgRows * 8);
+  launch_k(mma_wg_stage_kernel<0>, unsigned((work + 255) / 256), 256, 0, A.xs, A.xsum, A.w.n_in, int64_t(A.n_rows),
+           A.w.slices, A.xw, A.xsw, A.ctl);
   const int64_t tiles = (A.w.n_out + 15) / 16;
   const dim3 grid(unsigned((tiles + kWgWarps - 1) / kWgWarps), unsigned((A.n_rows + kWgRows - 1) / kWgRows));
   launch_k(mma_wgmma_kernel<kType>, grid, kWgWarps * 32, kWgSmem, A);
