@@ -68,7 +68,25 @@ bool split_forced() {
   return forced;
 }
 
+int g_wgmma = [] {  // -1: when the grid fills the device; 0 never; 1 always
+  const char* v = std::getenv("TF_MMA_WGMMA");
+  return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : -1;
+}();
+
 }  // namespace
+
+void mma_set_wgmma(int mode) { g_wgmma = mode; }
+
+bool mma_wgmma_wanted(int64_t blocks) {
+  if (g_wgmma >= 0) return g_wgmma == 1;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  return blocks >= sms;
+}
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   const size_t xs = align256(size_t(n_rows * w.n_in) * 4), xsum = align256(size_t(n_rows * (w.n_in / 32)) * 4);

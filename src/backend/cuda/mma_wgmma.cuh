@@ -10,12 +10,12 @@
 // accumulators (tools/gpu/probe_wgmma.cu), and the contract compares every row of a many-row call with the row alone.
 namespace tf::cuda {
 
-constexpr int kWgRows = 64;                                        // activation rows per block: the wgmma N
-constexpr int kWgWarps = 8;                                        // two warpgroups: 128 outputs share the staged x
-constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;      // one step's hi and lo B: two 8-column chunks
-constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;                  // a slice's group sums of the block's rows
-constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;         // one slice: B, then the group sums
-constexpr size_t kWgSmem = 2 * kWgBuf + 16;                         // two slices in flight, and their two barriers
+constexpr int kWgRows = 64;                                    // activation rows per block: the wgmma N
+constexpr int kWgWarps = 8;                                    // two warpgroups: 128 outputs share the staged x
+constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;  // one step's hi and lo B: two 8-column chunks
+constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;               // a slice's group sums of the block's rows
+constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;    // one slice: B, then the group sums
+constexpr size_t kWgSmem = 2 * kWgBuf + 16;                    // two slices in flight, and their two barriers
 
 // x rearranged once per call into the blocks' shared-memory image, so a slice arrives by one bulk copy:
 // xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][row][8] (zeros past the row).
@@ -34,7 +34,7 @@ __global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* _
     const uint4* src = xs + (r * steps + s) * 4;
     const uint4 u0 = __ldg(src), u1 = __ldg(src + 1), u2 = __ldg(src + 2), u3 = __ldg(src + 3);
     uint8_t* dst = xw + (rb * steps + s) * kWgStepBytes + n * 16;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(u0.x, u1.x, u2.x, u3.x);                    // hi, k 0-7
+    *reinterpret_cast<uint4*>(dst) = make_uint4(u0.x, u1.x, u2.x, u3.x);                     // hi, k 0-7
     *reinterpret_cast<uint4*>(dst + kWgRows * 16) = make_uint4(u0.y, u1.y, u2.y, u3.y);      // hi, k 8-15
     *reinterpret_cast<uint4*>(dst + 2 * kWgRows * 16) = make_uint4(u0.z, u1.z, u2.z, u3.z);  // lo, k 0-7
     *reinterpret_cast<uint4*>(dst + 3 * kWgRows * 16) = make_uint4(u0.w, u1.w, u2.w, u3.w);  // lo, k 8-15
@@ -67,8 +67,8 @@ __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)
 }
 #endif
 
-// A block of two warpgroups over 128 outputs x 64 rows: per slice the block stages x's hi and lo parts in wgmma's
-// no-swizzle K-major layout ([step][hi, lo][8-column chunk][row][8]), then warp w multiplies output tile w.
+// A block of two warpgroups over 128 outputs x 64 rows: each slice of x's image (wgmma's no-swizzle K-major layout)
+// and its group sums arrive by bulk copy into one of two buffers while warp w multiplies output tile w from the other.
 template <int kType>
 __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
   grid_wait();
@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
   auto fetch = [&](int sl) {
     const uint32_t buf = sm_base + uint32_t((sl & 1) * kWgBuf), bar = bar0 + 8 * (sl & 1);
     const uint32_t b_bytes = uint32_t(units_of(sl) * 4 * kWgStepBytes);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(b_bytes + uint32_t(kWgXsumBytes))
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(b_bytes + uint32_t(kWgXsumBytes))
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
                  "l"(xw_blk + int64_t(sl) * 16 * kWgStepBytes), "r"(b_bytes), "r"(bar)
@@ -222,16 +223,18 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
 #endif
 }
 
-// Whether this device runs the sm_90a build of the kernel (the virtual-architecture PTX has no wgmma).
+// Whether this product runs here: the device runs the sm_90a build (the virtual-architecture PTX has no wgmma) and
+// the grid is wanted (by default, enough blocks for every multiprocessor; the register kernel gives the same bits).
 template <int kType>
-bool wgmma_ready() {
+bool wgmma_takes(const MmaArgs& A) {
   static const bool ready = [] {
     cudaFuncAttributes fa{};
     if (cudaFuncGetAttributes(&fa, mma_wgmma_kernel<kType>) != cudaSuccess || fa.binaryVersion != 90) return false;
-    return cudaFuncSetAttribute(mma_wgmma_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(kWgSmem)) == cudaSuccess;
+    return cudaFuncSetAttribute(mma_wgmma_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) ==
+           cudaSuccess;
   }();
-  return ready;
+  const int64_t tiles = (A.w.n_out + 15) / 16;
+  return ready && mma_wgmma_wanted((tiles + kWgWarps - 1) / kWgWarps * ((A.n_rows + kWgRows - 1) / kWgRows));
 }
 
 template <int kType>
