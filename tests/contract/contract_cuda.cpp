@@ -9,6 +9,7 @@
 
 #include "backend/ctl.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_mma.h"
 #include "backend/kernel_registry.h"
 #include "base/scalar.h"
 #include "harness.h"
@@ -159,7 +160,19 @@ int main() {
                          {"mma.q4_k", GgmlType::Q4_K},
                          {"mma.q6_k", GgmlType::Q6_K},
                          {"mma.bf16", GgmlType::BF16}})
-    checks[name] = [t = t] { return contract::check_gemv(t, false); };
+    checks[name] = [t = t] {  // many rows on warpgroup mma (where the device has it), then on the register kernel
+      std::string fault;
+      for (int mode : {1, 0}) {
+        cuda::mma_set_wgmma(mode);
+        fault = contract::check_gemv(t, false);
+        if (!fault.empty()) {
+          fault += mode == 1 ? " (many rows on wgmma)" : " (many rows on the register kernel)";
+          break;
+        }
+      }
+      cuda::mma_set_wgmma(-1);
+      return fault;
+    };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16},

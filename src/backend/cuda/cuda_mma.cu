@@ -68,12 +68,31 @@ bool split_forced() {
   return forced;
 }
 
+int g_wgmma = [] {  // -1: when the grid fills the device; 0 never; 1 always
+  const char* v = std::getenv("TF_MMA_WGMMA");
+  return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : -1;
+}();
+
 }  // namespace
+
+void mma_set_wgmma(int mode) { g_wgmma = mode; }
+
+bool mma_wgmma_wanted(int64_t blocks) {
+  if (g_wgmma >= 0) return g_wgmma == 1;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  return blocks >= sms;
+}
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   const size_t xs = align256(size_t(n_rows * w.n_in) * 4), xsum = align256(size_t(n_rows * (w.n_in / 32)) * 4);
   const size_t part = n_rows <= kMmaSplitRows ? align256(size_t(w.slices * n_rows * w.n_out) * 4) : 0;
-  return xs + xsum + part;
+  const size_t stage = n_rows > kMmaSplitRows ? align256(mma_wg_stage_bytes(w.n_in, n_rows, w.slices)) : 0;
+  return xs + xsum + part + stage;
 }
 
 void mma_reserve(size_t bytes) {
@@ -124,6 +143,10 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
+  if (!few) {  // after xs and xsum (no partials with many rows); the stage kernel fills it when wgmma runs
+    a.xw = reinterpret_cast<uint8_t*>(part);
+    a.xsw = reinterpret_cast<float*>(a.xw + size_t((n_rows + kWgRows - 1) / kWgRows * (w.n_in / 16)) * kWgStepBytes);
+  }
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
   if (split && defer) {
     *defer = {part, w.slices};

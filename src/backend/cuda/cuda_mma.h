@@ -16,5 +16,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
               const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
 int64_t mma_split_rows();
+// Many-row products on warpgroup mma (sm_90a): -1 when the grid fills the device (default, or TF_MMA_WGMMA unset),
+// 0 never, 1 always. Either kernel gives the same bits; the contract runs both.
+void mma_set_wgmma(int mode);
 
 }  // namespace tf::cuda

@@ -41,7 +41,9 @@ struct MmaArgs {
   const float* residual;
   float* partial;  // [slices][rows][n_out] when the slices run in separate blocks
   int ctl;
-  int round = 0;  // mma_block_kernel: slices parked in shared memory per round
+  int round = 0;          // mma_block_kernel: slices parked in shared memory per round
+  uint8_t* xw = nullptr;  // mma_wgmma_kernel: x in the blocks' shared-memory image (mma_wg_stage_kernel)
+  float* xsw = nullptr;
 };
 
 // Units a warp of one 16 x 8 tile loads before its first mma; larger tiles keep their registers for accumulators.
@@ -259,6 +261,13 @@ __global__ void __launch_bounds__(128) mma_full_kernel(MmaArgs A) {
 
 constexpr int kMmaSplitRows = 32;  // up to this many rows the slices run in separate blocks or warps
 
+template <int kType>
+bool wgmma_takes(const MmaArgs& A);  // mma_wgmma.cuh
+template <int kType>
+void launch_wgmma(const MmaArgs& A);
+// TF_MMA_WGMMA / mma_set_wgmma (cuda_mma.cu): whether a many-row product whose wgmma grid has `blocks` uses it.
+bool mma_wgmma_wanted(int64_t blocks);
+
 template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory
   const int64_t tiles = (A.w.n_out + 15) / 16;
@@ -324,9 +333,15 @@ void launch_mma(const MmaArgs& A) {
     }
     return;
   }
+  if (wgmma_takes<kType>(A)) {
+    launch_wgmma<kType>(A);
+    return;
+  }
   constexpr int MT = 2, NT = 2;  // 32 x 16 per warp keeps the three accumulator sets within the register file
   const dim3 grid(unsigned((tiles + 2 * MT - 1) / (2 * MT)), unsigned((A.n_rows + 16 * NT - 1) / (16 * NT)));
   launch_k(mma_full_kernel<kType, MT, NT>, grid, 128, 0, A);
 }
 
 }  // namespace tf::cuda
+
+#include "backend/cuda/mma_wgmma.cuh"

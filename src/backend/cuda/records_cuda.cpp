@@ -29,9 +29,11 @@ std::vector<KernelRecord> make_records() {
          {f},
          "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
          "rows (up to 32: a block per 16 outputs adding its warps' slices in order when there are 128+ such tiles, "
-         "else slices in separate blocks then added in order; more: 2x2 warps of 32x32)",
+         "else slices in separate blocks then added in order; more: on sm_90a warpgroup mma over 128 outputs x 64 "
+         "rows a block where that grid fills the device, else 2x2 warps of 32x32)",
          "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,24,32,40,64,100; 4608x2056 "
-         "(129 tiles, 18 slices) with rows 1,3,16,32,40; a NaN row; the in-place residual form",
+         "(129 tiles, 18 slices) with rows 1,3,16,32,40; a NaN row; the in-place residual form; many rows once on "
+         "warpgroup mma and once on the register kernel",
          "|y - y64| <= (2^-16 + (2G+4) * 2^-22 + (2*256/G + slices + 34) * 2^-24) * sum (|w_i| + |min_i|)|x_i|: "
          "x = bf16 hi + lo, G-column scale groups summed exactly-in-product by the mma, fused scale and min",
          {{101, "non-finite activation read as 0"},

@@ -1,0 +1,251 @@
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+// Many rows on Hopper: the products' arithmetic (mma_kernels.cuh) with warpgroup mma. A warpgroup takes 64 outputs x
+// 64 rows; each warp decodes its 16 outputs' A fragments as the mma.sync kernels do, and x's bf16 hi and lo parts
+// come from shared memory. wgmma m64n64k16 gives the bits of eight mma.sync m16n8k16 on the same operands and
+// accumulators (tools/gpu/probe_wgmma.cu), and the contract compares every row of a many-row call with the row alone.
+namespace tf::cuda {
+
+constexpr int kWgRows = 64;                                    // activation rows per block: the wgmma N
+constexpr int kWgWarps = 8;                                    // two warpgroups: 128 outputs share the staged x
+constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;  // one step's hi and lo B: two 8-column chunks
+constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;               // a slice's group sums of the block's rows
+constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;    // one slice: B, then the group sums
+constexpr size_t kWgSmem = 2 * kWgBuf + 16;                    // two slices in flight, and their two barriers
+
+// x rearranged once per call into the blocks' shared-memory image, so a slice arrives by one bulk copy:
+// xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][row][8] (zeros past the row).
+template <int kUnused = 0>
+__global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* __restrict__ xsum, int64_t n_in,
+                                    int64_t n_rows, int slices, uint8_t* __restrict__ xw, float* __restrict__ xsw,
+                                    int ctl) {
+  grid_wait();
+  const int64_t steps = n_in / 16, groups32 = n_in / 32, blocks = (n_rows + kWgRows - 1) / kWgRows;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < blocks * kWgRows * steps) {
+    const int64_t rb = i / (kWgRows * steps), s = (i / kWgRows) % steps;
+    const int n = int(i % kWgRows);
+    int64_t r = rb * kWgRows + n < n_rows ? rb * kWgRows + n : n_rows - 1;
+    if (TF_MCTL(102) && r > 0 && s < 2) r -= 1;  // planted: a row reads its neighbour's activations
+    const uint4* src = xs + (r * steps + s) * 4;
+    const uint4 u0 = __ldg(src), u1 = __ldg(src + 1), u2 = __ldg(src + 2), u3 = __ldg(src + 3);
+    uint8_t* dst = xw + (rb * steps + s) * kWgStepBytes + n * 16;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(u0.x, u1.x, u2.x, u3.x);                     // hi, k 0-7
+    *reinterpret_cast<uint4*>(dst + kWgRows * 16) = make_uint4(u0.y, u1.y, u2.y, u3.y);      // hi, k 8-15
+    *reinterpret_cast<uint4*>(dst + 2 * kWgRows * 16) = make_uint4(u0.z, u1.z, u2.z, u3.z);  // lo, k 0-7
+    *reinterpret_cast<uint4*>(dst + 3 * kWgRows * 16) = make_uint4(u0.w, u1.w, u2.w, u3.w);  // lo, k 8-15
+  }
+  if (i < blocks * slices * kWgRows * 8) {
+    const int64_t rb = i / (int64_t(slices) * kWgRows * 8), sl = (i / (kWgRows * 8)) % slices;
+    const int n = int((i / 8) % kWgRows), j = int(i % 8);
+    const int64_t r = rb * kWgRows + n < n_rows ? rb * kWgRows + n : n_rows - 1;
+    xsw[i] = sl * 8 + j < groups32 ? __ldg(xsum + r * groups32 + sl * 8 + j) : 0.0f;
+  }
+}
+
+inline size_t mma_wg_stage_bytes(int64_t n_in, int64_t n_rows, int slices) {  // xw, then xsw
+  const int64_t blocks = (n_rows + kWgRows - 1) / kWgRows;
+  return size_t(blocks * (n_in / 16)) * kWgStepBytes + size_t(blocks * slices) * kWgXsumBytes;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "memory");
+}
+#endif
+
+// A block of two warpgroups over 128 outputs x 64 rows: each slice of x's image (wgmma's no-swizzle K-major layout)
+// and its group sums arrive by bulk copy into one of two buffers while warp w multiplies output tile w from the other.
+template <int kType>
+__global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
+  grid_wait();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using F = MmaF<kType>;
+  extern __shared__ __align__(128) uint8_t sm_b[];
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
+  [[maybe_unused]] const int ctl = A.ctl;
+  const DeviceMatrix& w = A.w;
+  const int64_t last_tile = (w.n_out + 15) / 16 - 1, steps = w.n_in / 16;
+  const int64_t tile = int64_t(blockIdx.x) * kWgWarps + warp, tm = tile < last_tile ? tile : last_tile;
+  const int64_t row0 = int64_t(blockIdx.y) * kWgRows;
+  const uint32_t sm_base = uint32_t(__cvta_generic_to_shared(sm_b)), bar0 = sm_base + uint32_t(2 * kWgBuf);
+  const uint8_t* xw_blk = A.xw + int64_t(blockIdx.y) * steps * kWgStepBytes;
+  const float* xsw_blk = A.xsw + int64_t(blockIdx.y) * w.slices * kWgRows * 8;
+  auto units_of = [&](int sl) {
+    const int64_t rem = w.units - int64_t(sl) * 4;
+    return rem < 4 ? int(rem) : 4;
+  };
+  // Thread 0 starts slice sl's copies into buffer sl % 2; its barrier completes when all their bytes have landed.
+  auto fetch = [&](int sl) {
+    const uint32_t buf = sm_base + uint32_t((sl & 1) * kWgBuf), bar = bar0 + 8 * (sl & 1);
+    const uint32_t b_bytes = uint32_t(units_of(sl) * 4 * kWgStepBytes);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(b_bytes + uint32_t(kWgXsumBytes))
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
+                 "l"(xw_blk + int64_t(sl) * 16 * kWgStepBytes), "r"(b_bytes), "r"(bar)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     buf + uint32_t(16 * kWgStepBytes)),
+                 "l"(xsw_blk + int64_t(sl) * kWgRows * 8), "r"(uint32_t(kWgXsumBytes)), "r"(bar)
+                 : "memory");
+  };
+  if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fetch(0);
+    if (w.slices > 1) fetch(1);
+  }
+  __syncthreads();
+  float tot[32];
+  for (int sl = 0; sl < w.slices; ++sl) {
+    const int nk = units_of(sl);
+    const uint32_t sm_addr = sm_base + uint32_t((sl & 1) * kWgBuf);
+    const float* sm_xsum = reinterpret_cast<const float*>(sm_b + (sl & 1) * kWgBuf + 16 * kWgStepBytes);
+    asm volatile(
+        "{\n.reg .pred done;\nwait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(bar0 + 8 * (sl & 1)),
+        "r"((sl >> 1) & 1)
+        : "memory");
+    uint32_t meta[2][F::kMeta > 0 ? F::kMeta : 1];
+    const uint32_t* m = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * F::kMeta;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int k = 0; k < F::kMeta; ++k) meta[hr][k] = __ldg(m + 8 * hr * F::kMeta + k);
+    const int64_t at = (tm * w.units + int64_t(sl) * 4) * 32 + lane;
+    typename F::Raw raw[4];
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) raw[kb] = F::load(w.q, w.h, at + (kb < nk ? kb : 0) * 32);
+    float p[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) p[i] = 0.0f;
+    // Groups in a two-deep pipeline: group q's wgmma run while group q - 1's scale steps run on the CUDA cores.
+    const int ng = nk * 4 / F::kSpg;
+    float c[2][32];
+    uint32_t a[2][F::kSpg][4];
+    // LBO: the next 8 columns (k) are 64 rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
+    const uint64_t lbo_sbo = (uint64_t((kWgRows * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+    auto pin = [](float(&x)[32]) {  // orders reads of a finished group's accumulators after its wait
+#pragma unroll
+      for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(x[i])::"memory");
+    };
+    auto issue = [&](int q) {
+      const int b = q & 1, st0 = q * F::kSpg;
+#pragma unroll
+      for (int s = 0; s < F::kSpg; ++s) F::frag(raw[st0 / 4], st0 % 4 + s, a[b][s]);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) c[b][i] = 0.0f;  // C = +0, as mma_bf16_z gives it
+      pin(c[b]);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int s = 0; s < F::kSpg; ++s) {
+        const uint32_t base = sm_addr + uint32_t((st0 + s) * kWgStepBytes);
+        wgmma_m64n64(c[b], a[b][s], uint64_t((base & 0x3FFFF) >> 4) | lbo_sbo);
+        if (!TF_MCTL(103))  // planted: the lo part dropped
+          wgmma_m64n64(c[b], a[b][s], uint64_t(((base + 2 * kWgRows * 16) & 0x3FFFF) >> 4) | lbo_sbo);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    auto finish = [&](int q) {  // group q's C into p: the scale (and min) steps of mma_slice
+      const int b = q & 1;
+      const float2 sc[2] = {F::group(meta[0], q), F::group(meta[1], q)};
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = p[4 * jn + e];
+          if constexpr (F::kScaled)
+            v = fmaf(sc[e >> 1].x, c[b][4 * jn + e], v);
+          else
+            v = __fadd_rn(v, c[b][4 * jn + e]);
+          if constexpr (F::kMin) v = fmaf(sc[e >> 1].y, sm_xsum[(8 * jn + 2 * t + (e & 1)) * 8 + q], v);
+          p[4 * jn + e] = v;
+        }
+    };
+    if (nk == 4) {  // a whole slice: the static pipeline
+#pragma unroll
+      for (int q = 0; q < 16 / F::kSpg; ++q) {
+        issue(q);
+        if (q > 0) {
+          asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+          pin(c[(q - 1) & 1]);
+          finish(q - 1);
+        }
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      pin(c[(16 / F::kSpg - 1) & 1]);
+      finish(16 / F::kSpg - 1);
+    } else {  // the last slice of a row that is not a multiple of 256 columns: one group at a time
+#pragma unroll
+      for (int q = 0; q < 16 / F::kSpg; ++q) {
+        if (q >= ng) break;
+        issue(q);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        pin(c[q & 1]);
+        finish(q);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) tot[i] = sl == 0 ? p[i] : __fadd_rn(tot[i], p[i]);
+    __syncthreads();  // every warp is done with this buffer (its wgmma waited, its sums read)
+    if (tid == 0 && sl + 2 < w.slices) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      fetch(sl + 2);
+    }
+  }
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
+      if (o >= w.n_out || row >= A.n_rows) continue;
+      const int64_t at_y = row * w.n_out + o;
+      A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], tot[4 * jn + e]) : tot[4 * jn + e];
+    }
+#else
+  __trap();  // launched only where the sm_90a code runs (wgmma_ready)
+#endif
+}
+
+// Whether this product runs here: the device runs the sm_90a build (the virtual-architecture PTX has no wgmma) and
+// the grid is wanted (by default, enough blocks for every multiprocessor; the register kernel gives the same bits).
+template <int kType>
+bool wgmma_takes(const MmaArgs& A) {
+  static const bool ready = [] {
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, mma_wgmma_kernel<kType>) != cudaSuccess || fa.binaryVersion != 90) return false;
+    return cudaFuncSetAttribute(mma_wgmma_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) ==
+           cudaSuccess;
+  }();
+  const int64_t tiles = (A.w.n_out + 15) / 16;
+  return ready && mma_wgmma_wanted((tiles + kWgWarps - 1) / kWgWarps * ((A.n_rows + kWgRows - 1) / kWgRows));
+}
+
+template <int kType>
+void launch_wgmma(const MmaArgs& A) {
+  const int64_t blocks = (A.n_rows + kWgRows - 1) / kWgRows, steps = A.w.n_in / 16;
+  const int64_t work = std::max<int64_t>(blocks * kWgRows * steps, blocks * A.w.slices * kWgRows * 8);
+  launch_k(mma_wg_stage_kernel<0>, unsigned((work + 255) / 256), 256, 0, A.xs, A.xsum, A.w.n_in, int64_t(A.n_rows),
+           A.w.slices, A.xw, A.xsw, A.ctl);
+  const int64_t tiles = (A.w.n_out + 15) / 16;
+  const dim3 grid(unsigned((tiles + kWgWarps - 1) / kWgWarps), unsigned((A.n_rows + kWgRows - 1) / kWgRows));
+  launch_k(mma_wgmma_kernel<kType>, grid, kWgWarps * 32, kWgSmem, A);
+}
+
+}  // namespace tf::cuda
