@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -68,30 +69,45 @@ bool split_forced() {
   return forced;
 }
 
-int g_wgmma = [] {  // -1: when the grid fills the device; 0 never; 1 always
+std::atomic<int> g_wgmma{[] {  // -1: when the grid fills the device; 0 never; 1 always
   const char* v = std::getenv("TF_MMA_WGMMA");
   return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : -1;
-}();
+}()};
+std::atomic<int64_t> g_wgmma_launches{0};
 
 }  // namespace
 
-void mma_set_wgmma(int mode) { g_wgmma = mode; }
+void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
+int mma_wgmma_mode() { return g_wgmma.load(); }
+int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
+void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 
-bool mma_wgmma_wanted(int64_t blocks) {
-  if (g_wgmma >= 0) return g_wgmma == 1;
-  static const int sms = [] {
-    int dev = 0, n = 0;
+bool mma_wgmma_wanted(const DeviceMatrix& w, int64_t n_rows) {
+  const int mode = g_wgmma.load();
+  if (n_rows <= kMmaSplitRows || mode == 0) return false;
+  struct Props {
+    bool sm90 = false;  // the sm_90a code runs on compute capability 9.0 only
+    int sms = 0;
+  };
+  static const Props props = [] {
+    int dev = 0, major = 0, minor = 0;
+    Props p;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev);
+    p.sm90 = major == 9 && minor == 0;
+    return p;
   }();
-  return blocks >= sms;
+  if (!props.sm90) return false;
+  const int64_t blocks = ((w.n_out + 15) / 16 + kWgWarps - 1) / kWgWarps * ((n_rows + kWgRows - 1) / kWgRows);
+  return mode == 1 || blocks >= props.sms;
 }
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   const size_t xs = align256(size_t(n_rows * w.n_in) * 4), xsum = align256(size_t(n_rows * (w.n_in / 32)) * 4);
   const size_t part = n_rows <= kMmaSplitRows ? align256(size_t(w.slices * n_rows * w.n_out) * 4) : 0;
-  const size_t stage = n_rows > kMmaSplitRows ? align256(mma_wg_stage_bytes(w.n_in, n_rows, w.slices)) : 0;
+  const size_t stage = mma_wgmma_wanted(w, n_rows) ? align256(mma_wg_stage_bytes(w.n_in, n_rows, w.slices)) : 0;
   return xs + xsum + part + stage;
 }
 
@@ -143,7 +159,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
-  if (!few) {  // after xs and xsum (no partials with many rows); the stage kernel fills it when wgmma runs
+  if (mma_wgmma_wanted(w, n_rows)) {  // after xs and xsum (no partials with many rows); the stage kernel fills it
     a.xw = reinterpret_cast<uint8_t*>(part);
     a.xsw = reinterpret_cast<float*>(a.xw + size_t((n_rows + kWgRows - 1) / kWgRows * (w.n_in / 16)) * kWgStepBytes);
   }

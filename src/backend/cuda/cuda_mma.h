@@ -19,5 +19,7 @@ int64_t mma_split_rows();
 // Many-row products on warpgroup mma (sm_90a): -1 when the grid fills the device (default, or TF_MMA_WGMMA unset),
 // 0 never, 1 always. Either kernel gives the same bits; the contract runs both.
 void mma_set_wgmma(int mode);
+int mma_wgmma_mode();
+int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this process
 
 }  // namespace tf::cuda

@@ -265,8 +265,10 @@ template <int kType>
 bool wgmma_takes(const MmaArgs& A);  // mma_wgmma.cuh
 template <int kType>
 void launch_wgmma(const MmaArgs& A);
-// TF_MMA_WGMMA / mma_set_wgmma (cuda_mma.cu): whether a many-row product whose wgmma grid has `blocks` uses it.
-bool mma_wgmma_wanted(int64_t blocks);
+// cuda_mma.cu: whether this product runs on warpgroup mma where the device can (TF_MMA_WGMMA, mma_set_wgmma, else
+// when its grid fills the device); the scratch for x's staged image is reserved by the same answer.
+bool mma_wgmma_wanted(const DeviceMatrix& w, int64_t n_rows);
+void mma_note_wgmma_launch();
 
 template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory

@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
 #endif
 }
 
-// Whether this product runs here: the device runs the sm_90a build (the virtual-architecture PTX has no wgmma) and
-// the grid is wanted (by default, enough blocks for every multiprocessor; the register kernel gives the same bits).
+// Whether this product runs here: it is wanted (mma_wgmma_wanted, which also sized the scratch) and the device runs
+// the sm_90a build (the virtual-architecture PTX has no wgmma); the register kernel gives the same bits.
 template <int kType>
 bool wgmma_takes(const MmaArgs& A) {
   static const bool ready = [] {
@@ -233,8 +233,7 @@ bool wgmma_takes(const MmaArgs& A) {
     return cudaFuncSetAttribute(mma_wgmma_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) ==
            cudaSuccess;
   }();
-  const int64_t tiles = (A.w.n_out + 15) / 16;
-  return ready && mma_wgmma_wanted((tiles + kWgWarps - 1) / kWgWarps * ((A.n_rows + kWgRows - 1) / kWgRows));
+  return ready && mma_wgmma_wanted(A.w, A.n_rows);
 }
 
 template <int kType>
@@ -246,6 +245,7 @@ void launch_wgmma(const MmaArgs& A) {
   const int64_t tiles = (A.w.n_out + 15) / 16;
   const dim3 grid(unsigned((tiles + kWgWarps - 1) / kWgWarps), unsigned((A.n_rows + kWgRows - 1) / kWgRows));
   launch_k(mma_wgmma_kernel<kType>, grid, kWgWarps * 32, kWgSmem, A);
+  mma_note_wgmma_launch();
 }
 
 }  // namespace tf::cuda
