@@ -100,8 +100,7 @@ bool mma_wgmma_wanted(const DeviceMatrix& w, int64_t n_rows) {
     return p;
   }();
   if (!props.sm90) return false;
-  const int64_t blocks = ((w.n_out + 15) / 16 + kWgWarps - 1) / kWgWarps * ((n_rows + kWgRows - 1) / kWgRows);
-  return mode == 1 || blocks >= props.sms;
+  return mode == 1 || wg_col_blocks(w.n_out) * wg_row_blocks(n_rows) >= props.sms;
 }
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
@@ -161,7 +160,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
   if (mma_wgmma_wanted(w, n_rows)) {  // after xs and xsum (no partials with many rows); the stage kernel fills it
     a.xw = reinterpret_cast<uint8_t*>(part);
-    a.xsw = reinterpret_cast<float*>(a.xw + size_t((n_rows + kWgRows - 1) / kWgRows * (w.n_in / 16)) * kWgStepBytes);
+    a.xsw = reinterpret_cast<float*>(a.xw + wg_xw_bytes(w.n_in, n_rows));
   }
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
   if (split && defer) {

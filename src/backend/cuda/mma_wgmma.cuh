@@ -17,14 +17,21 @@ constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;               // a slice's grou
 constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;    // one slice: B, then the group sums
 constexpr size_t kWgSmem = 2 * kWgBuf + 16;                    // two slices in flight, and their two barriers
 
+// The grid of a product's wgmma kernel: 128-output column blocks x 64-row blocks (the scratch and dispatch use it).
+__host__ __device__ inline int64_t wg_row_blocks(int64_t n_rows) { return (n_rows + kWgRows - 1) / kWgRows; }
+inline int64_t wg_col_blocks(int64_t n_out) { return ((n_out + 15) / 16 + kWgWarps - 1) / kWgWarps; }
+inline size_t wg_xw_bytes(int64_t n_in, int64_t n_rows) {
+  return size_t(wg_row_blocks(n_rows) * (n_in / 16)) * kWgStepBytes;
+}
+
 // x rearranged once per call into the blocks' shared-memory image, so a slice arrives by one bulk copy:
 // xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][row][8] (zeros past the row).
-template <int kUnused = 0>
+template <int kUnused = 0>  // a template, so the three files that include this header share one definition
 __global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* __restrict__ xsum, int64_t n_in,
                                     int64_t n_rows, int slices, uint8_t* __restrict__ xw, float* __restrict__ xsw,
                                     int ctl) {
   grid_wait();
-  const int64_t steps = n_in / 16, groups32 = n_in / 32, blocks = (n_rows + kWgRows - 1) / kWgRows;
+  const int64_t steps = n_in / 16, groups32 = n_in / 32, blocks = wg_row_blocks(n_rows);
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < blocks * kWgRows * steps) {
     const int64_t rb = i / (kWgRows * steps), s = (i / kWgRows) % steps;
@@ -48,8 +55,7 @@ __global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* _
 }
 
 inline size_t mma_wg_stage_bytes(int64_t n_in, int64_t n_rows, int slices) {  // xw, then xsw
-  const int64_t blocks = (n_rows + kWgRows - 1) / kWgRows;
-  return size_t(blocks * (n_in / 16)) * kWgStepBytes + size_t(blocks * slices) * kWgXsumBytes;
+  return wg_xw_bytes(n_in, n_rows) + size_t(wg_row_blocks(n_rows) * slices) * kWgXsumBytes;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -219,7 +225,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], tot[4 * jn + e]) : tot[4 * jn + e];
     }
 #else
-  __trap();  // launched only where the sm_90a code runs (wgmma_ready)
+  __trap();  // launched only where the sm_90a code runs (wgmma_takes)
 #endif
 }
 
@@ -238,12 +244,11 @@ bool wgmma_takes(const MmaArgs& A) {
 
 template <int kType>
 void launch_wgmma(const MmaArgs& A) {
-  const int64_t blocks = (A.n_rows + kWgRows - 1) / kWgRows, steps = A.w.n_in / 16;
+  const int64_t blocks = wg_row_blocks(A.n_rows), steps = A.w.n_in / 16;
   const int64_t work = std::max<int64_t>(blocks * kWgRows * steps, blocks * A.w.slices * kWgRows * 8);
   launch_k(mma_wg_stage_kernel<0>, unsigned((work + 255) / 256), 256, 0, A.xs, A.xsum, A.w.n_in, int64_t(A.n_rows),
            A.w.slices, A.xw, A.xsw, A.ctl);
-  const int64_t tiles = (A.w.n_out + 15) / 16;
-  const dim3 grid(unsigned((tiles + kWgWarps - 1) / kWgWarps), unsigned((A.n_rows + kWgRows - 1) / kWgRows));
+  const dim3 grid(unsigned(wg_col_blocks(A.w.n_out)), unsigned(blocks));
   launch_k(mma_wgmma_kernel<kType>, grid, kWgWarps * 32, kWgSmem, A);
   mma_note_wgmma_launch();
 }
