@@ -92,10 +92,12 @@ Runner add_bench(CLI::App& app) {
     if (o->pp < 1) fail("-p {}: the prompt needs at least one token", o->pp);
     if (o->tg < 1) fail("-n {}: generation needs at least one token", o->tg);
     if (o->reps < 1) fail("-r {}: at least one repetition is needed", o->reps);
-    auto device_tg = [&] {  // named --backend cuda: refused now; auto: once the backend is known
+    auto device_checks = [&] {  // named --backend cuda: refused now; auto: once the backend is known
       if (o->tg < 3) fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
+      if (o->pp_list.empty() && o->pp > kCudaMaxContext)
+        fail("-p {}: a prompt must fit the CUDA context limit of {}", o->pp, kCudaMaxContext);
     };
-    if (o->backend == "cuda") device_tg();
+    if (o->backend == "cuda") device_checks();
     const bool depth_given = !o->depths.empty();
     if (depth_given)
       for (int32_t v : bench_list(o->depths, "--depth", "--depth length")) {
@@ -122,7 +124,7 @@ Runner add_bench(CLI::App& app) {
                                       {"--ubatch", ubatch->count() > 0}})
       if (given && m.backend.name != "cuda") fail("{} is measured by the device benchmark only (--backend cuda)", flag);
     if (m.backend.name == "cuda") {
-      device_tg();
+      device_checks();
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

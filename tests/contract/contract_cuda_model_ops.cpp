@@ -338,7 +338,7 @@ std::string check_cuda_split_producers() {
     cuda::copy_to_device(gu.p, nan.data(), nan.size() * 4);  // what the partials path must not read
     cuda::gemv(m1, x.p, rows, ya.p);  // another product's partials over the scratch: the next one must write its own
     const cuda::Partials parts = cuda::gemv_partials(m3, x.p, rows, gu.p);
-    if ((parts.p != nullptr) != (rows <= 32))
+    if ((parts.p != nullptr) != (rows <= cuda::gemv_split_rows()))
       return fmt::format("rows={}: the gate|up product {} partials", rows, parts.p ? "left" : "did not leave");
     cuda::swiglu_pairs(gu.p, rows, F, b.p, xs.p, xsum.p, parts);
     if (int64_t d = first_bit_difference(a.get().data(), b.get().data(), size_t(rows * F)); d >= 0)

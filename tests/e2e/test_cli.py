@@ -198,7 +198,8 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
                                         (["-p", "0"], "-p 0: the prompt needs at least one token"),
                                         (["--n-gen=-4"], "-n -4: generation needs at least one token"),
                                         (["-r", "0"], "-r 0: at least one repetition is needed"),
-                                        (["--backend", "cuda", "-n", "2"], "-n 2 is too short: the device benchmark")])
+                                        (["--backend", "cuda", "-n", "2"], "-n 2 is too short: the device benchmark"),
+                                        (["--backend", "cuda", "-p", "60000"], "-p 60000: a prompt must fit the CUDA")])
 def test_bench_refuses_a_bad_device_option_before_loading(tf_bin, tmp_path, args, named):
     # The model file does not exist: the option must be refused before anything is loaded.
     proc = tf(tf_bin, "bench", str(tmp_path / "absent.gguf"), *args, timeout=60)

@@ -1,4 +1,4 @@
-// Probe, not a server kernel: does Hopper's warpgroup mma (wgmma m64n8k16, A in registers, B from shared memory)
+// Probe, not a server kernel: does Hopper's warpgroup mma (wgmma m64nNk16, A in registers, B from shared memory)
 // give the same f32 bits as the mma.sync m16n8k16 every product kernel uses, for the same A, B and accumulator?
 // Build and run on the GPU machine:
 //   nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o /tmp/probe tools/gpu/probe_wgmma.cu && /tmp/probe
@@ -77,6 +77,22 @@ __device__ void wgmma_n<32>(float (&w)[16], const uint32_t (&a)[4], uint64_t des
       "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
       : "+f"(w[0]), "+f"(w[1]), "+f"(w[2]), "+f"(w[3]), "+f"(w[4]), "+f"(w[5]), "+f"(w[6]), "+f"(w[7]), "+f"(w[8]),
         "+f"(w[9]), "+f"(w[10]), "+f"(w[11]), "+f"(w[12]), "+f"(w[13]), "+f"(w[14]), "+f"(w[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "memory");
+}
+
+template <>
+__device__ void wgmma_n<64>(float (&w)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%"
+      "30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(w[0]), "+f"(w[1]), "+f"(w[2]), "+f"(w[3]), "+f"(w[4]), "+f"(w[5]), "+f"(w[6]), "+f"(w[7]), "+f"(w[8]),
+        "+f"(w[9]), "+f"(w[10]), "+f"(w[11]), "+f"(w[12]), "+f"(w[13]), "+f"(w[14]), "+f"(w[15]), "+f"(w[16]),
+        "+f"(w[17]), "+f"(w[18]), "+f"(w[19]), "+f"(w[20]), "+f"(w[21]), "+f"(w[22]), "+f"(w[23]), "+f"(w[24]),
+        "+f"(w[25]), "+f"(w[26]), "+f"(w[27]), "+f"(w[28]), "+f"(w[29]), "+f"(w[30]), "+f"(w[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
       : "memory");
 }
@@ -166,6 +182,7 @@ int main() {
   bool bad = false;
   for (int mode = 0; mode < 4; ++mode) bad |= run<8>(d, mode, 0, names[mode]);
   for (int mode = 0; mode < 4; ++mode) bad |= run<32>(d, mode, 0, names[mode]);
+  for (int mode = 0; mode < 4; ++mode) bad |= run<64>(d, mode, 0, names[mode]);  // the shape mma_wgmma_kernel runs
   const bool caught = run<8>(d, 0, 1, names[0]) && run<32>(d, 2, 1, names[2]);
   std::printf("%s; control %s\n",
               bad ? "PROBE wgmma differs from mma.sync" : "PROBE wgmma equals mma.sync on every output",

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/mma_kernels.cuh"
 #include "backend/cuda/mma_split.cuh"
@@ -82,32 +83,28 @@ int mma_wgmma_mode() { return g_wgmma.load(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 
-bool mma_wgmma_wanted(const DeviceMatrix& w, int64_t n_rows) {
+namespace {
+
+// Whether this product runs on warpgroup mma: asked once per call, for both the scratch and the dispatch.
+bool wgmma_wanted(const DeviceMatrix& w, int64_t n_rows) {
   const int mode = g_wgmma.load();
   if (n_rows <= kMmaSplitRows || mode == 0) return false;
-  struct Props {
-    bool sm90 = false;  // the sm_90a code runs on compute capability 9.0 only
-    int sms = 0;
-  };
-  static const Props props = [] {
-    int dev = 0, major = 0, minor = 0;
-    Props p;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev);
-    p.sm90 = major == 9 && minor == 0;
-    return p;
-  }();
-  if (!props.sm90) return false;
-  return mode == 1 || wg_col_blocks(w.n_out) * wg_row_blocks(n_rows) >= props.sms;
+  static const DeviceInfo dev = device_info(0);
+  if (!(dev.major == 9 && dev.minor == 0)) return false;  // the sm_90a code runs on compute capability 9.0 only
+  return mode == 1 || wg_col_blocks(w.n_out) * wg_row_blocks(n_rows) >= dev.sm_count;
 }
 
-size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
+size_t scratch_bytes(const DeviceMatrix& w, int64_t n_rows, bool wg) {
   const size_t xs = align256(size_t(n_rows * w.n_in) * 4), xsum = align256(size_t(n_rows * (w.n_in / 32)) * 4);
   const size_t part = n_rows <= kMmaSplitRows ? align256(size_t(w.slices * n_rows * w.n_out) * 4) : 0;
-  const size_t stage = mma_wgmma_wanted(w, n_rows) ? align256(mma_wg_stage_bytes(w.n_in, n_rows, w.slices)) : 0;
+  const size_t stage = wg ? align256(mma_wg_stage_bytes(w.n_in, n_rows, w.slices)) : 0;
   return xs + xsum + part + stage;
+}
+
+}  // namespace
+
+size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
+  return scratch_bytes(w, n_rows, wgmma_wanted(w, n_rows));
 }
 
 void mma_reserve(size_t bytes) {
@@ -136,7 +133,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
               const SplitX& pre, Partials* defer, float* buf) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
   if (n_rows <= 0) return;  // the kernels clamp reads to the last row, so they need one
-  mma_reserve(mma_scratch_bytes(w, n_rows));
+  const bool wg = wgmma_wanted(w, n_rows);
+  mma_reserve(scratch_bytes(w, n_rows, wg));
   auto* base = static_cast<uint8_t*>(g_scratch);
   auto* xs = reinterpret_cast<uint4*>(base);
   auto* xsum = reinterpret_cast<float*>(base + align256(size_t(n_rows * w.n_in) * 4));
@@ -158,7 +156,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
-  if (mma_wgmma_wanted(w, n_rows)) {  // after xs and xsum (no partials with many rows); the stage kernel fills it
+  if (wg) {  // after xs and xsum (no partials with many rows); the stage kernel fills it
     a.xw = reinterpret_cast<uint8_t*>(part);
     a.xsw = reinterpret_cast<float*>(a.xw + wg_xw_bytes(w.n_in, n_rows));
   }

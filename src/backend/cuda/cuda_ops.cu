@@ -83,7 +83,7 @@ __global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int
   split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
 }
 
-// Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation: one definition for both RoPE kernels.
+// Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation, as rope_store applies them.
 __device__ __forceinline__ void rope_pair(int64_t i, int64_t half, bool neox, int64_t& a, int64_t& b) {
   a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing

@@ -42,7 +42,7 @@ struct MmaArgs {
   float* partial;  // [slices][rows][n_out] when the slices run in separate blocks
   int ctl;
   int round = 0;          // mma_block_kernel: slices parked in shared memory per round
-  uint8_t* xw = nullptr;  // mma_wgmma_kernel: x in the blocks' shared-memory image (mma_wg_stage_kernel)
+  uint8_t* xw = nullptr;  // set when mma_gemv chose warpgroup mma: x in the blocks' shared-memory image
   float* xsw = nullptr;
 };
 
@@ -265,10 +265,7 @@ template <int kType>
 bool wgmma_takes(const MmaArgs& A);  // mma_wgmma.cuh
 template <int kType>
 void launch_wgmma(const MmaArgs& A);
-// cuda_mma.cu: whether this product runs on warpgroup mma where the device can (TF_MMA_WGMMA, mma_set_wgmma, else
-// when its grid fills the device); the scratch for x's staged image is reserved by the same answer.
-bool mma_wgmma_wanted(const DeviceMatrix& w, int64_t n_rows);
-void mma_note_wgmma_launch();
+void mma_note_wgmma_launch();  // cuda_mma.cu
 
 template <int kType, int NT, bool kOne = false>
 void launch_block(const MmaArgs& A) {  // a block per output tile, A.round slices x NT * 128 floats of shared memory

@@ -6,7 +6,7 @@
 
 // Many rows on Hopper: the products' arithmetic (mma_kernels.cuh) with warpgroup mma. A warpgroup takes 64 outputs x
 // 64 rows; each warp decodes its 16 outputs' A fragments as the mma.sync kernels do, and x's bf16 hi and lo parts
-// come from shared memory. wgmma m64n64k16 gives the bits of eight mma.sync m16n8k16 on the same operands and
+// come from shared memory. wgmma gives the bits of one mma.sync m16n8k16 per 8 columns on the same operands and
 // accumulators (tools/gpu/probe_wgmma.cu), and the contract compares every row of a many-row call with the row alone.
 namespace tf::cuda {
 
@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
 #endif
 }
 
-// Whether this product runs here: it is wanted (mma_wgmma_wanted, which also sized the scratch) and the device runs
-// the sm_90a build (the virtual-architecture PTX has no wgmma); the register kernel gives the same bits.
+// Whether this product runs here: mma_gemv chose it (and sized the scratch for it, A.xw) and the device runs the
+// sm_90a build (the virtual-architecture PTX has no wgmma); the register kernel gives the same bits.
 template <int kType>
 bool wgmma_takes(const MmaArgs& A) {
   static const bool ready = [] {
@@ -239,7 +239,7 @@ bool wgmma_takes(const MmaArgs& A) {
     return cudaFuncSetAttribute(mma_wgmma_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) ==
            cudaSuccess;
   }();
-  return ready && mma_wgmma_wanted(A.w, A.n_rows);
+  return ready && A.xw != nullptr;
 }
 
 template <int kType>

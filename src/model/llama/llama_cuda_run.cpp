@@ -134,7 +134,6 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
     cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
                      L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
-    const float* qp = q_;
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
     // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
     cuda::SplitX pre_o;
@@ -144,10 +143,10 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
       const int64_t keys = std::min(width * page_size_, att_keys_);
       const cuda::AttnChunks chunks{att_part_, kAttnChunkRows,
                                     (att_keys_ + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys, keys};
-      cuda::attention_mma(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_, pre_o.xs,
+      cuda::attention_mma(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_, pre_o.xs,
                           pre_o.xsum, chunks);
     } else
-      cuda::attention(qp, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
+      cuda::attention(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, width * page_size_,
                       att_);
     // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
     if (Ly.bo) {
