@@ -70,9 +70,9 @@ bool split_forced() {
   return forced;
 }
 
-std::atomic<int> g_wgmma{[] {  // -1: when the grid fills the device; 0 never; 1 always
+std::atomic<int> g_wgmma{[] {  // 1: many rows on warpgroup mma where the device runs it; 0 never
   const char* v = std::getenv("TF_MMA_WGMMA");
-  return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : -1;
+  return v && v[0] == '0' ? 0 : 1;
 }()};
 std::atomic<int64_t> g_wgmma_launches{0};
 
@@ -86,12 +86,11 @@ void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 namespace {
 
 // Whether this product runs on warpgroup mma: asked once per call, for both the scratch and the dispatch.
-bool wgmma_wanted(const DeviceMatrix& w, int64_t n_rows) {
+bool wgmma_wanted(int64_t n_rows) {
   const int mode = g_wgmma.load();
   if (n_rows <= kMmaSplitRows || mode == 0) return false;
   static const DeviceInfo dev = device_info(0);
-  if (!(dev.major == 9 && dev.minor == 0)) return false;  // the sm_90a code runs on compute capability 9.0 only
-  return mode == 1 || wg_col_blocks(w.n_out) * wg_row_blocks(n_rows) >= dev.sm_count;
+  return dev.major == 9 && dev.minor == 0;  // the sm_90a code runs on compute capability 9.0 only
 }
 
 size_t scratch_bytes(const DeviceMatrix& w, int64_t n_rows, bool wg) {
@@ -104,7 +103,7 @@ size_t scratch_bytes(const DeviceMatrix& w, int64_t n_rows, bool wg) {
 }  // namespace
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
-  return scratch_bytes(w, n_rows, wgmma_wanted(w, n_rows));
+  return scratch_bytes(w, n_rows, wgmma_wanted(n_rows));
 }
 
 void mma_reserve(size_t bytes) {
@@ -133,7 +132,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
               const SplitX& pre, Partials* defer, float* buf) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
   if (n_rows <= 0) return;  // the kernels clamp reads to the last row, so they need one
-  const bool wg = wgmma_wanted(w, n_rows);
+  const bool wg = wgmma_wanted(n_rows);
   mma_reserve(scratch_bytes(w, n_rows, wg));
   auto* base = static_cast<uint8_t*>(g_scratch);
   auto* xs = reinterpret_cast<uint4*>(base);

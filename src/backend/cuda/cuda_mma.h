@@ -16,8 +16,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
               const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
 int64_t mma_split_rows();
-// Many-row products on warpgroup mma (sm_90a): -1 when the grid fills the device (default, or TF_MMA_WGMMA unset),
-// 0 never, 1 always. Either kernel gives the same bits; the contract runs both.
+// Many-row products on warpgroup mma (sm_90a): 1 on (default), 0 never (TF_MMA_WGMMA=0 or mma_set_wgmma(0)).
+// Either kernel gives the same bits; the contract runs both.
 void mma_set_wgmma(int mode);
 int mma_wgmma_mode();
 int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this process
