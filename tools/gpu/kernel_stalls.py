@@ -20,6 +20,8 @@ def main():
     lines = []
     totals = {r: 0 for r in reasons}
     for r in rows[head_at + 1 :]:
+        if r == hdr:  # the next kernel's table: a report of several launches is read for its first
+            break
         if len(r) < len(hdr):
             continue
         v = {k: int(r[ix[k]] or 0) for k in reasons}

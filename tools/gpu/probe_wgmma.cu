@@ -59,32 +59,32 @@ __device__ float draw_c(uint64_t h, int mode) {
 __device__ uint32_t pack(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
 
 template <int N>
-__device__ void wgmma_n(float (&w)[N / 2], const uint32_t (&a)[4], uint64_t desc);
+__device__ void wgmma_n(float (&w)[N / 2], const uint32_t (&a)[4], uint64_t desc, int acc);
 template <>
-__device__ void wgmma_n<8>(float (&w)[4], const uint32_t (&a)[4], uint64_t desc) {
+__device__ void wgmma_n<8>(float (&w)[4], const uint32_t (&a)[4], uint64_t desc, int acc) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
       : "+f"(w[0]), "+f"(w[1]), "+f"(w[2]), "+f"(w[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
       : "memory");
 }
 template <>
-__device__ void wgmma_n<32>(float (&w)[16], const uint32_t (&a)[4], uint64_t desc) {
+__device__ void wgmma_n<32>(float (&w)[16], const uint32_t (&a)[4], uint64_t desc, int acc) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
       "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
       : "+f"(w[0]), "+f"(w[1]), "+f"(w[2]), "+f"(w[3]), "+f"(w[4]), "+f"(w[5]), "+f"(w[6]), "+f"(w[7]), "+f"(w[8]),
         "+f"(w[9]), "+f"(w[10]), "+f"(w[11]), "+f"(w[12]), "+f"(w[13]), "+f"(w[14]), "+f"(w[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
       : "memory");
 }
 
 template <>
-__device__ void wgmma_n<64>(float (&w)[32], const uint32_t (&a)[4], uint64_t desc) {
+__device__ void wgmma_n<64>(float (&w)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%"
       "30,%31}, "
@@ -93,14 +93,16 @@ __device__ void wgmma_n<64>(float (&w)[32], const uint32_t (&a)[4], uint64_t des
         "+f"(w[9]), "+f"(w[10]), "+f"(w[11]), "+f"(w[12]), "+f"(w[13]), "+f"(w[14]), "+f"(w[15]), "+f"(w[16]),
         "+f"(w[17]), "+f"(w[18]), "+f"(w[19]), "+f"(w[20]), "+f"(w[21]), "+f"(w[22]), "+f"(w[23]), "+f"(w[24]),
         "+f"(w[25]), "+f"(w[26]), "+f"(w[27]), "+f"(w[28]), "+f"(w[29]), "+f"(w[30]), "+f"(w[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
       : "memory");
 }
 
 // One warpgroup; per trial each warp's 16 rows of A, the shared 16 x N B and every accumulator are drawn afresh.
 // ctl 1 (a planted control): the wgmma copy of B has k = 0 and 1 swapped, so the comparison must report outputs.
+// zero: wgmma with scale-d 0 (its accumulators hold the drawn values, to be ignored) against mma.sync with C = +0.
 template <int N>
-__global__ void __launch_bounds__(128) probe(uint64_t seed, int mode, int trials, int ctl, unsigned long long* counts) {
+__global__ void __launch_bounds__(128)
+    probe(uint64_t seed, int mode, int trials, int ctl, int zero, unsigned long long* counts) {
   __shared__ alignas(128) uint16_t sb[2][N][8];  // no-swizzle K-major core matrices: [k / 8][n][k % 8]
   __shared__ uint16_t bk[16][N];                 // the same B as [k][n] for the mma.sync fragments
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(128) probe(uint64_t seed, int mode, int trials
       const uint32_t b0 = pack(bk[2 * t][8 * j + g], bk[2 * t + 1][8 * j + g]);
       const uint32_t b1 = pack(bk[2 * t + 8][8 * j + g], bk[2 * t + 9][8 * j + g]);
       float* mj = m + 4 * j;
-      mj[0] = c[4 * j], mj[1] = c[4 * j + 1], mj[2] = c[4 * j + 2], mj[3] = c[4 * j + 3];
+      for (int e = 0; e < 4; ++e) mj[e] = zero ? 0.0f : c[4 * j + e];
       asm volatile(
           "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
           "{%0,%1,%2,%3};\n"
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(128) probe(uint64_t seed, int mode, int trials
     float w[N / 2];
     for (int i = 0; i < N / 2; ++i) w[i] = c[i];
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    wgmma_n<N>(w, a, desc);
+    wgmma_n<N>(w, a, desc, zero ? 0 : 1);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     for (int i = 0; i < N / 2; ++i) {
@@ -160,17 +162,17 @@ __global__ void __launch_bounds__(128) probe(uint64_t seed, int mode, int trials
 }  // namespace
 
 template <int N>
-bool run(unsigned long long* d, int mode, int ctl, const char* name) {
+bool run(unsigned long long* d, int mode, int ctl, const char* name, int zero = 0) {
   cudaMemset(d, 0, 3 * sizeof(unsigned long long));
-  probe<N><<<528, 128>>>(0x5EEDull + uint64_t(mode), mode, 4000, ctl, d);
+  probe<N><<<528, 128>>>(0x5EEDull + uint64_t(mode), mode, 4000, ctl, zero, d);
   unsigned long long h[3] = {0, 0, 0};
   const cudaError_t e = cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) {
     std::printf("CUDA error: %s\n", cudaGetErrorString(e));
     std::exit(2);
   }
-  std::printf("m64n%-2d mode %d %-44s%s outputs %llu  differing bits %llu  beyond 1 ulp %llu\n", N, mode, name,
-              ctl ? " [control]" : "", h[2], h[0], h[1]);
+  std::printf("m64n%-2d mode %d %-44s%s%s outputs %llu  differing bits %llu  beyond 1 ulp %llu\n", N, mode, name,
+              zero ? " [C = 0]" : "", ctl ? " [control]" : "", h[2], h[0], h[1]);
   return h[0] != 0;
 }
 
@@ -183,6 +185,7 @@ int main() {
   for (int mode = 0; mode < 4; ++mode) bad |= run<8>(d, mode, 0, names[mode]);
   for (int mode = 0; mode < 4; ++mode) bad |= run<32>(d, mode, 0, names[mode]);
   for (int mode = 0; mode < 4; ++mode) bad |= run<64>(d, mode, 0, names[mode]);  // the shape mma_wgmma_kernel runs
+  for (int mode = 0; mode < 4; ++mode) bad |= run<64>(d, mode, 0, names[mode], 1);  // its first mma of a group
   const bool caught = run<8>(d, 0, 1, names[0]) && run<32>(d, 2, 1, names[2]);
   std::printf("%s; control %s\n",
               bad ? "PROBE wgmma differs from mma.sync" : "PROBE wgmma equals mma.sync on every output",

@@ -25,7 +25,7 @@ inline size_t wg_xw_bytes(int64_t n_in, int64_t n_rows) {
 }
 
 // x rearranged once per call into the blocks' shared-memory image, so a slice arrives by one bulk copy:
-// xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][row][8] (zeros past the row).
+// xw [row block][step][hi, lo][8-column chunk][row][8 bf16], xsw [row block][slice][group][row] (zeros past the row).
 template <int kUnused = 0>  // a template, so the three files that include this header share one definition
 __global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* __restrict__ xsum, int64_t n_in,
                                     int64_t n_rows, int slices, uint8_t* __restrict__ xw, float* __restrict__ xsw,
@@ -48,7 +48,7 @@ __global__ void mma_wg_stage_kernel(const uint4* __restrict__ xs, const float* _
   }
   if (i < blocks * slices * kWgRows * 8) {
     const int64_t rb = i / (int64_t(slices) * kWgRows * 8), sl = (i / (kWgRows * 8)) % slices;
-    const int n = int((i / 8) % kWgRows), j = int(i % 8);
+    const int j = int((i / kWgRows) % 8), n = int(i % kWgRows);
     const int64_t r = rb * kWgRows + n < n_rows ? rb * kWgRows + n : n_rows - 1;
     xsw[i] = sl * 8 + j < groups32 ? __ldg(xsum + r * groups32 + sl * 8 + j) : 0.0f;
   }
@@ -59,16 +59,18 @@ inline size_t mma_wg_stage_bytes(int64_t n_in, int64_t n_rows, int slices) {  //
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// kAcc 0: D = A B, as a first mma with C = +0 gives it (no accumulator registers to clear first).
+template <int kAcc>
 __device__ __forceinline__ void wgmma_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAcc)
       : "memory");
 }
 #endif
@@ -155,16 +157,17 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       const int b = q & 1, st0 = q * F::kSpg;
 #pragma unroll
       for (int s = 0; s < F::kSpg; ++s) F::frag(raw[st0 / 4], st0 % 4 + s, a[b][s]);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) c[b][i] = 0.0f;  // C = +0, as mma_bf16_z gives it
-      pin(c[b]);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int s = 0; s < F::kSpg; ++s) {
         const uint32_t base = sm_addr + uint32_t((st0 + s) * kWgStepBytes);
-        wgmma_m64n64(c[b], a[b][s], uint64_t((base & 0x3FFFF) >> 4) | lbo_sbo);
+        const uint64_t hi = uint64_t((base & 0x3FFFF) >> 4) | lbo_sbo;
+        if (s == 0)
+          wgmma_m64n64<0>(c[b], a[b][s], hi);
+        else
+          wgmma_m64n64<1>(c[b], a[b][s], hi);
         if (!TF_MCTL(103))  // planted: the lo part dropped
-          wgmma_m64n64(c[b], a[b][s], uint64_t(((base + 2 * kWgRows * 16) & 0x3FFFF) >> 4) | lbo_sbo);
+          wgmma_m64n64<1>(c[b], a[b][s], uint64_t(((base + 2 * kWgRows * 16) & 0x3FFFF) >> 4) | lbo_sbo);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
@@ -172,7 +175,9 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       const int b = q & 1;
       const float2 sc[2] = {F::group(meta[0], q), F::group(meta[1], q)};
 #pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
+      for (int jn = 0; jn < 8; ++jn) {
+        float2 xs2 = {0.0f, 0.0f};  // the group sums of this thread's two rows, adjacent in the image
+        if constexpr (F::kMin) xs2 = *reinterpret_cast<const float2*>(sm_xsum + q * kWgRows + 8 * jn + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float v = p[4 * jn + e];
@@ -180,9 +185,10 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
             v = fmaf(sc[e >> 1].x, c[b][4 * jn + e], v);
           else
             v = __fadd_rn(v, c[b][4 * jn + e]);
-          if constexpr (F::kMin) v = fmaf(sc[e >> 1].y, sm_xsum[(8 * jn + 2 * t + (e & 1)) * 8 + q], v);
+          if constexpr (F::kMin) v = fmaf(sc[e >> 1].y, (e & 1) ? xs2.y : xs2.x, v);
           p[4 * jn + e] = v;
         }
+      }
     };
     if (nk == 4) {  // a whole slice: the static pipeline
 #pragma unroll
