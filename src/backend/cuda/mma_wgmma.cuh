@@ -119,6 +119,24 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     if (w.slices > 1) fetch(1);
   }
   __syncthreads();
+  constexpr int kM = F::kMeta > 0 ? F::kMeta : 1;
+  // A slice's scales and weights into registers (units past a short slice reread unit 0, never used).
+  auto load_slice = [&](int sl, uint32_t(&meta)[2][kM], typename F::Raw(&raw)[4]) {
+    const uint32_t* m = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * F::kMeta;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int k = 0; k < F::kMeta; ++k) meta[hr][k] = __ldg(m + 8 * hr * F::kMeta + k);
+    const int64_t at = (tm * w.units + int64_t(sl) * 4) * 32 + lane;
+    const int nk = units_of(sl);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) raw[kb] = F::load(w.q, w.h, at + (kb < nk ? kb : 0) * 32);
+  };
+  // Loads a slice ahead where the registers allow it (BF16's 64 bytes a unit do not).
+  constexpr bool kAhead = sizeof(typename F::Raw) <= 32;
+  uint32_t meta_n[2][kM];
+  typename F::Raw raw_n[4];
+  if constexpr (kAhead) load_slice(0, meta_n, raw_n);
   float tot[32];
   for (int sl = 0; sl < w.slices; ++sl) {
     const int nk = units_of(sl);
@@ -130,16 +148,19 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
         "@!done bra wait_%=;\n}\n" ::"r"(bar0 + 8 * (sl & 1)),
         "r"((sl >> 1) & 1)
         : "memory");
-    uint32_t meta[2][F::kMeta > 0 ? F::kMeta : 1];
-    const uint32_t* m = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * F::kMeta;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-      for (int k = 0; k < F::kMeta; ++k) meta[hr][k] = __ldg(m + 8 * hr * F::kMeta + k);
-    const int64_t at = (tm * w.units + int64_t(sl) * 4) * 32 + lane;
+    uint32_t meta[2][kM];
     typename F::Raw raw[4];
+    if constexpr (kAhead) {  // this slice's weights came a slice ahead; the next slice's loads go out now
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) raw[kb] = F::load(w.q, w.h, at + (kb < nk ? kb : 0) * 32);
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int k = 0; k < kM; ++k) meta[hr][k] = meta_n[hr][k];
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) raw[kb] = raw_n[kb];
+      if (sl + 1 < w.slices) load_slice(sl + 1, meta_n, raw_n);
+    } else {
+      load_slice(sl, meta, raw);
+    }
     float p[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) p[i] = 0.0f;
