@@ -192,13 +192,18 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
+    // The group sums of this thread's two rows a group needs (adjacent in the image), read before its wgmma wait.
+    float2 xs2[8];
+    auto sums = [&](int q) {
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
+        xs2[jn] = F::kMin ? *reinterpret_cast<const float2*>(sm_xsum + q * kWgRows + 8 * jn + 2 * t) : float2{};
+    };
     auto finish = [&](int q) {  // group q's C into p: the scale (and min) steps of mma_slice
       const int b = q & 1;
       const float2 sc[2] = {F::group(meta[0], q), F::group(meta[1], q)};
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn) {
-        float2 xs2 = {0.0f, 0.0f};  // the group sums of this thread's two rows, adjacent in the image
-        if constexpr (F::kMin) xs2 = *reinterpret_cast<const float2*>(sm_xsum + q * kWgRows + 8 * jn + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float v = p[4 * jn + e];
@@ -206,7 +211,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
             v = fmaf(sc[e >> 1].x, c[b][4 * jn + e], v);
           else
             v = __fadd_rn(v, c[b][4 * jn + e]);
-          if constexpr (F::kMin) v = fmaf(sc[e >> 1].y, (e & 1) ? xs2.y : xs2.x, v);
+          if constexpr (F::kMin) v = fmaf(sc[e >> 1].y, (e & 1) ? xs2[jn].y : xs2[jn].x, v);
           p[4 * jn + e] = v;
         }
       }
@@ -214,6 +219,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     if (nk == 4) {  // a whole slice: the static pipeline
 #pragma unroll
       for (int q = 0; q < 16 / F::kSpg; ++q) {
+        if (q > 0) sums(q - 1);
         issue(q);
         if (q > 0) {
           asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -221,6 +227,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
           finish(q - 1);
         }
       }
+      sums(16 / F::kSpg - 1);
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       pin(c[(16 / F::kSpg - 1) & 1]);
       finish(16 / F::kSpg - 1);
@@ -228,6 +235,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
 #pragma unroll
       for (int q = 0; q < 16 / F::kSpg; ++q) {
         if (q >= ng) break;
+        sums(q);
         issue(q);
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         pin(c[q & 1]);
