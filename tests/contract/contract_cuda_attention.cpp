@@ -99,6 +99,14 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
     cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
     if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
       why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
+    for (int n = 1; n <= 2 && why.empty(); ++n) {  // each build of the kernel (prefill grids take two an SM)
+      cuda::attention_set_blocks_per_sm(n);
+      cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
+      cuda::attention_set_blocks_per_sm(0);
+      cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
+      if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
+        why = fmt::format("hd {}: the build for {} blocks an SM differs at {}", hd, n, d);
+    }
   }
   if (mma && why.empty()) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
   for (int64_t r = 0; r < rows && why.empty(); ++r) {

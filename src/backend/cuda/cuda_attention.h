@@ -35,6 +35,9 @@ struct AttnChunks {
   int64_t max_rows = 0, max_chunks = 0, max_keys = 0;
 };
 size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
+// Blocks an SM the tensor-core kernel is built for: 0 picks by grid size (two where the grid outnumbers the SMs),
+// 1 or 2 force one build. Both give the same bits; the contract compares them.
+void attention_set_blocks_per_sm(int n);
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,

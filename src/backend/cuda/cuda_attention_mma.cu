@@ -3,11 +3,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_ops.cuh"
 #include "backend/cuda/mma_split.cuh"
@@ -45,8 +47,8 @@ __device__ __forceinline__ void store_row(float o, float l, int64_t r, int64_t c
 
 // A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
 // All warps share a chunk's 32-key blocks (Q K^T by tile, P V by columns) with the arithmetic of one warp per block.
-template <int D>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int D, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
@@ -372,7 +374,11 @@ __global__ void __launch_bounds__(128)
   store_row(ro, rl, r, int64_t(h) * D + d - lane, int64_t(n_head) * D, out, xs, xsum);
 }
 
+std::atomic<int> g_blocks_per_sm{0};
+
 }  // namespace
+
+void attention_set_blocks_per_sm(int n) { g_blocks_per_sm.store(n == 1 || n == 2 ? n : 0); }
 
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= 16;
@@ -395,12 +401,18 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   float* part = parallel ? chunks.part : nullptr;
   const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
   auto* x4 = static_cast<uint4*>(xs);
+  // Many row blocks (prefill): two blocks an SM at 128 registers, so one block's barriers and chains hide the other's.
+  static const int64_t sms = device_info(0).sm_count;
+  const int forced = g_blocks_per_sm.load();
+  const bool two = forced ? forced == 2 : int64_t(grid.x) * grid.y * grid.z > sms;
+  auto go = [&](auto kernel) {
+    launch_k(kernel, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale,
+             out, x4, xsum, part);
+  };
   if (head_dim == 64)
-    launch_k(attention_mma_kernel<64>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
-             int(n_kv_head), scale, out, x4, xsum, part);
+    two ? go(attention_mma_kernel<64, 2>) : go(attention_mma_kernel<64, 1>);
   else
-    launch_k(attention_mma_kernel<128>, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
-             int(n_kv_head), scale, out, x4, xsum, part);
+    two ? go(attention_mma_kernel<128, 2>) : go(attention_mma_kernel<128, 1>);
   if (parallel) {
     const int64_t warps = n_rows * n_head * (head_dim / 32);
     const unsigned blocks = unsigned((warps + 3) / 4);
