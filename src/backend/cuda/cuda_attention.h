@@ -36,7 +36,7 @@ struct AttnChunks {
 };
 size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
 // Blocks an SM the tensor-core kernel is built for: 0 picks by grid size (two where the grid outnumbers the SMs),
-// 1 or 2 force one build. Both give the same bits; the contract compares them.
+// 1 or 2 force one build. Both give the same bits; the contract compares them on each of the kernel's paths.
 void attention_set_blocks_per_sm(int n);
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).

@@ -17,7 +17,7 @@ constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;               // a slice's grou
 constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;    // one slice: B, then the group sums
 constexpr size_t kWgSmem = 2 * kWgBuf + 16;                    // two slices in flight, and their two barriers
 
-// The grid of a product's wgmma kernel: 128-output column blocks x 64-row blocks (the scratch and dispatch use it).
+// The grid of a product's wgmma kernel: 128-output column blocks x 64-row blocks (the launch and the scratch use it).
 __host__ __device__ inline int64_t wg_row_blocks(int64_t n_rows) { return (n_rows + kWgRows - 1) / kWgRows; }
 inline int64_t wg_col_blocks(int64_t n_out) { return ((n_out + 15) / 16 + kWgWarps - 1) / kWgWarps; }
 inline size_t wg_xw_bytes(int64_t n_in, int64_t n_rows) {
