@@ -120,7 +120,6 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
       if (!why.empty()) why += fmt::format(" ({} blocks an SM)", n);
     }
   }
-  if (mma && why.empty()) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
       const int64_t g = h / (nh / nkv), nk = pos[size_t(r)] + 1;
