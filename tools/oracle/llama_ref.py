@@ -205,8 +205,11 @@ def _attention(m, q, k, v, pos0):
     return np.einsum("htp,phd->thd", w, vh).reshape(t_new, m.n_head * m.head_dim)
 
 
-def hidden(m, ids, cache=None):
-    """Final-normed hidden states h [T, n_embd] for ids appended after `cache` (fresh sequence if None)."""
+def hidden(m, ids, cache=None, rnd=None):
+    """Final-normed hidden states h [T, n_embd] for ids appended after `cache` (fresh sequence if None).
+
+    rnd, if given, rounds every weight product's input rows (the arithmetic studies of arith_options.py)."""
+    rnd = rnd or (lambda v: v)
     ids = np.asarray(ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= m.n_vocab:
         raise ValueError(f"token ids must be a non-empty 1-D list in [0, {m.n_vocab})")
@@ -217,6 +220,7 @@ def hidden(m, ids, cache=None):
     hd, t = m.head_dim, ids.size
     for il, L in enumerate(m.layers):
         a = rms_norm(x, L.attn_norm, m.rms_eps)
+        a = rnd(a)
         q, k, v = a @ L.wq.T, a @ L.wk.T, a @ L.wv.T
         if L.bq is not None:
             q = q + L.bq
@@ -227,12 +231,12 @@ def hidden(m, ids, cache=None):
         q = rope(q.reshape(t, m.n_head, hd), pos, m.n_rot, m.rope_base, m.neox)
         k = rope(k.reshape(t, m.n_head_kv, hd), pos, m.n_rot, m.rope_base, m.neox)
         kc, vc = cache.append(il, k, v.reshape(t, m.n_head_kv, hd))
-        o = _attention(m, q, kc, vc, pos0) @ L.wo.T
+        o = rnd(_attention(m, q, kc, vc, pos0)) @ L.wo.T
         if L.bo is not None:
             o = o + L.bo
         x = x + o
-        f = rms_norm(x, L.ffn_norm, m.rms_eps)
-        x = x + (silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
+        f = rnd(rms_norm(x, L.ffn_norm, m.rms_eps))
+        x = x + rnd(silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
     cache.n = pos0 + t
     return rms_norm(x, m.out_norm, m.rms_eps)
 
@@ -258,16 +262,17 @@ def argmax_low(row):
     return int(np.argmax(row))
 
 
-def greedy(m, prompt_ids, n):
-    """n greedy ids after prompt_ids (KV cache, ties to the lower id, no EOS stop)."""
+def greedy(m, prompt_ids, n, rnd=None):
+    """n greedy ids after prompt_ids (KV cache, ties to the lower id, no EOS stop); rnd as in hidden."""
     if n <= 0:
         return []
+    last = (lambda h: rnd(h[-1:])[0]) if rnd else (lambda h: h[-1])
     cache = KVCache(m, len(prompt_ids) + n + 1)
-    h = hidden(m, prompt_ids, cache)
-    out = [argmax_low(h[-1] @ m.w_out.T)]
+    h = hidden(m, prompt_ids, cache, rnd)
+    out = [argmax_low(last(h) @ m.w_out.T)]
     while len(out) < n:
-        h = hidden(m, [out[-1]], cache)
-        out.append(argmax_low(h[-1] @ m.w_out.T))
+        h = hidden(m, [out[-1]], cache, rnd)
+        out.append(argmax_low(last(h) @ m.w_out.T))
     return out
 
 

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""How far other product arithmetics move a model's logits from the float64 reference: data for choosing one.
+
+Each option rounds the input rows of every weight product (and, for one, the weights) the way a kernel family
+would, then runs llama_ref's float64 forward; attention's own products stay exact. Reported per option, over the
+prompts of tests/e2e/test_llama_oracle.py teacher-forced along the exact greedy continuation: the largest logit
+error, that error over the product's conditioning S = sum |w h|, positions whose argmax moves, and where a greedy
+run of its own first leaves the exact one.
+
+Usage: python tools/oracle/arith_options.py MODEL [--greedy 64] [--tokenizer tests/fixtures/smollm2/tokenizer.json]
+"""
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llama_ref  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def bf16(x):
+    """Round to bfloat16 (nearest even), through float32 as the kernels hold activations."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return u.view(np.float32).astype(np.float64)
+
+
+def hi_lo(x):
+    """The CUDA products' x: float32, split into bf16 hi + bf16 lo (about 16 bits kept)."""
+    x32 = np.asarray(x, dtype=np.float32).astype(np.float64)
+    hi = bf16(x32)
+    return hi + bf16(x32 - hi)
+
+
+def fp16(x):
+    with np.errstate(over="ignore"):  # past 65504 a half is infinite, as the kernels would make it
+        return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
+
+
+def q8_blocks(x):
+    """int8 per 32 values with a float32 scale max|x| / 127, as llama.cpp's q8_1 activations."""
+    x = np.asarray(x, dtype=np.float64)
+    b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    s = np.abs(b).max(axis=-1, keepdims=True).astype(np.float32).astype(np.float64) / 127.0
+    q = np.where(s > 0, np.rint(b / np.where(s > 0, s, 1.0)), 0.0)
+    return (q * s).reshape(x.shape)
+
+
+def fp16_weights(m):
+    """The model with every product weight rounded to float16 (scales applied in half precision)."""
+    layers = [replace(L, wq=fp16(L.wq), wk=fp16(L.wk), wv=fp16(L.wv), wo=fp16(L.wo), w_gate=fp16(L.w_gate),
+                      w_up=fp16(L.w_up), w_down=fp16(L.w_down)) for L in m.layers]
+    return replace(m, layers=layers, w_out=fp16(m.w_out))
+
+
+OPTIONS = [  # (name, rounding of product inputs, weight transform)
+    ("float32 x as bf16 hi + lo (the CUDA products now)", hi_lo, None),
+    ("bf16 x (one mma a step)", bf16, None),
+    ("fp16 x", fp16, None),
+    ("int8 x per 32 (q8_1-like)", q8_blocks, None),
+    ("fp16 x and fp16 weights (Marlin-like)", fp16, fp16_weights),
+]
+
+
+def study(m, prompts, n_greedy):
+    exact = {}
+    for name, ids in prompts.items():
+        gen = llama_ref.greedy(m, ids, n_greedy)
+        seq = ids + gen[:-1]
+        h = llama_ref.hidden(m, seq)
+        exact[name] = (gen, seq, h @ m.w_out.T, llama_ref.cond_term(m, h))
+    rows = []
+    for label, rnd, wt in OPTIONS:
+        mm = wt(m) if wt else m
+        worst_abs = worst_rel = 0.0
+        moved = total = 0
+        first = []
+        for name, ids in prompts.items():
+            gen, seq, ref, cond = exact[name]
+            h = llama_ref.hidden(mm, seq, rnd=rnd)
+            got = rnd(h) @ mm.w_out.T
+            err = np.abs(got - ref)
+            worst_abs = max(worst_abs, float(err.max()))
+            worst_rel = max(worst_rel, float((err / cond).max()))
+            moved += int((got.argmax(axis=1) != ref.argmax(axis=1)).sum())
+            total += len(seq)
+            own = llama_ref.greedy(mm, ids, n_greedy, rnd=rnd)
+            d = next((i for i, (a, b) in enumerate(zip(own, gen)) if a != b), None)
+            first.append("-" if d is None else str(d))
+        rows.append((label, worst_abs, worst_rel, moved, total, first))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--greedy", type=int, default=64)
+    ap.add_argument("--tokenizer", default=str(REPO_ROOT / "tests" / "fixtures" / "smollm2" / "tokenizer.json"))
+    a = ap.parse_args(argv)
+    from tokenizers import Tokenizer
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
+    from test_llama_oracle import PROMPTS, prompt_ids  # noqa: E402  the oracle test's prompts
+    tok = Tokenizer.from_file(a.tokenizer)
+    prompts = {k: prompt_ids(tok, v) for k, v in PROMPTS.items()}
+    m = llama_ref.load(a.model)
+    rows = study(m, prompts, a.greedy)
+    print(f"| product arithmetic | max abs logit error | max error / S | argmax moved (teacher-forced) | "
+          f"greedy first differs at ({', '.join(prompts)}) |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, e_abs, e_rel, moved, total, first in rows:
+        print(f"| {label} | {e_abs:.3g} | {e_rel:.3g} | {moved} of {total} | {', '.join(first)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
