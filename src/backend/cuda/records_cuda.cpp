@@ -29,8 +29,8 @@ std::vector<KernelRecord> make_records() {
          {f},
          "n_in a multiple of 64 (256 for K-quants), 16-byte aligned activations; any n_out (tiles of 16); any "
          "rows (up to 32: a block per 16 outputs adding its warps' slices in order when there are 128+ such tiles, "
-         "else slices in separate blocks then added in order; more: on sm_90a warpgroup mma over 128 outputs x 64 "
-         "rows a block where that grid fills the device, else 2x2 warps of 32x32)",
+         "else slices in separate blocks then added in order; more: on compute capability 9.0 warpgroup mma over 128 "
+         "outputs x 64 rows a block, elsewhere or with TF_MMA_WGMMA=0 2x2 warps of 32x32)",
          "576x1536, 1536x576, 4096x64, 64x33 (K-quants 768, 512, 256); rows 1,2,3,7,16,24,32,40,64,100; 4608x2056 "
          "(129 tiles, 18 slices) with rows 1,3,16,32,40; a NaN row; the in-place residual form; many rows once on "
          "warpgroup mma and once on the register kernel",
@@ -71,7 +71,7 @@ std::vector<KernelRecord> make_records() {
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
        "chunks, a block each, then the combine); a 37-row prefill chunk (chunks walked in one block) with another "
        "sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row against itself "
-       "alone",
+       "alone; each case on both builds (one and two blocks an SM) on every path",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
        "3 n_chunks) * 2^-24)",
        {{141, "one key past the causal limit read"},
