@@ -99,13 +99,13 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
     cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
     if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
       why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
-    // Each build of the kernel (grids past the SM count take the two-blocks one) on every path: chunk-parallel,
-    // walked in-block, and writing the split output; here the grids are small, so the choice is forced.
-    for (int n = 1; n <= 2 && why.empty(); ++n) {
+    // Each build of the kernel (by shape: more tiles a block or two blocks an SM for large grids) on every path:
+    // chunk-parallel, walked in-block, and writing the split output; here the grids are small, so it is forced.
+    for (int b = 0; b < cuda::attention_builds() && why.empty(); ++b) {
       struct Force {
-        explicit Force(int k) { cuda::attention_set_blocks_per_sm(k); }
-        ~Force() { cuda::attention_set_blocks_per_sm(0); }
-      } force(n);
+        explicit Force(int k) { cuda::attention_force_build(k); }
+        ~Force() { cuda::attention_force_build(-1); }
+      } force(b);
       for (int walk = 0; walk < 2 && why.empty(); ++walk) {
         if (walk)
           cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
@@ -113,11 +113,11 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
           run(dq, rows, dpos, dseq);
         cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
         if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
-          why = fmt::format("hd {}: the build for {} blocks an SM differs ({}) at {}", hd, n,
+          why = fmt::format("hd {}: the build '{}' differs ({}) at {}", hd, cuda::attention_build_name(b),
                             walk ? "walked" : "chunk-parallel", d);
       }
       if (why.empty()) why = check_split_output(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, out, rng, chunks);
-      if (!why.empty()) why += fmt::format(" ({} blocks an SM)", n);
+      if (!why.empty()) why += fmt::format(" (build '{}')", cuda::attention_build_name(b));
     }
   }
   for (int64_t r = 0; r < rows && why.empty(); ++r) {

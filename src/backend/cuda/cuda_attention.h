@@ -33,11 +33,14 @@ constexpr int64_t kAttnChunkKeys = 256;
 struct AttnChunks {
   float* part = nullptr;
   int64_t max_rows = 0, max_chunks = 0, max_keys = 0;
+  int64_t seqs = 0;  // sequences among the rows (0: not known), so only runs of one sequence share a block's keys
 };
 size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
-// Blocks an SM the tensor-core kernel is built for: 0 picks by grid size (two where the grid outnumbers the SMs),
-// 1 or 2 force one build. Both give the same bits; the contract compares them on each of the kernel's paths.
-void attention_set_blocks_per_sm(int n);
+// The tensor-core kernel's builds (blocks an SM its registers allow, tiles of 16 (row, head) pairs a block), all
+// giving the same bits: -1 picks by shape, b forces build b, so the contract compares every build on each path.
+int attention_builds();
+const char* attention_build_name(int b);
+void attention_force_build(int b);
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,

@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
@@ -45,223 +47,308 @@ __device__ __forceinline__ void store_row(float o, float l, int64_t r, int64_t c
   if (xs) split_group_warp(TF_DCTL(143) ? o : y, r, col / 32, width, xs, xsum);  // planted 143: split before the divide
 }
 
-// A block per 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per blockIdx.z (part).
-// All warps share a chunk's 32-key blocks (Q K^T by tile, P V by columns) with the arithmetic of one warp per block.
-template <int D, int kMinBlocks>
+// Shared memory of a block of T M tiles (16 (row, head) pairs each); q holds the tiles' Q fragments when T > 1.
+struct NoQ {};
+template <int D, int T>
+struct AttnSmem {
+  static constexpr int M = 16 * T;
+  float m[kWarps][M], l[kWarps][M], f[kWarps][M], L[M], Mx[M];
+  float run_a[M], run_b[M], run_m[M], run_l[M];
+  int first[M];
+  bool take[M];
+  uint4 frag[T][kWarps][4][32];  // per tile and 32-key block: its four score tiles, then P's hi and lo fragments
+  std::conditional_t<(T > 1), uint4[T][D / 16][2][32], NoQ> q;
+  float o[M][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
+};
+
+// A block per T tiles of 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per
+// blockIdx.z (part). All warps share a chunk's 32-key blocks (Q K^T by key tile, P V by columns) with the arithmetic
+// of one warp per block and tile; more tiles a block load and split each key and value once for all of them.
+template <int D, int kMinBlocks, int T>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
   grid_wait();
   constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
-  __shared__ float sm_m[kWarps][16], sm_l[kWarps][16], sm_f[kWarps][16], sm_L[16], sm_M[16];
-  __shared__ int sm_first[16];
-  __shared__ uint4 sm_frag[kWarps][4][32];  // per 32-key block: its four score tiles, then P's hi and lo fragments
-  __shared__ float sm_o[16][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
-  __shared__ float run_a[16], run_b[16], run_m[16], run_l[16];
-  __shared__ bool run_take[16];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& S = *reinterpret_cast<AttnSmem<D, T>*>(smem_raw);
   const int G = n_head / n_kv_head, RT = 16 / G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t row0 = int64_t(blockIdx.x) * RT;
+  const int64_t row0 = int64_t(blockIdx.x) * RT * T;
   int kvh = blockIdx.y;
   const int kvh_read = (TF_DCTL(142) && n_kv_head > 1) ? (kvh + 1) % n_kv_head : kvh;  // planted: wrong KV head
-  for (int first = 0; first < RT; ++first) {
+  // M row m of tile mt is (row mt * RT + m / G, head m % G).
+  auto in_pass = [&](int mt, int m, int seq) {
+    const int64_t r = row0 + mt * RT + m / G;
+    return m < RT * G && r < n_rows && row_seq[r] == seq;
+  };
+  for (int first = 0; first < RT * T; ++first) {
     const int64_t fr = row0 + first;
     if (fr >= n_rows) break;
     const int seq = row_seq[fr];
     bool seen = false;
     for (int e = 0; e < first; ++e) seen |= row_seq[row0 + e] == seq;
     if (seen) continue;  // that sequence's pass already ran
-    // This pass: the tile's rows of `seq`; M row m is (row m / G, head m % G).
     int64_t n_keys = 0;
-    for (int e = first; e < RT && row0 + e < n_rows; ++e)
+    for (int e = first; e < RT * T && row0 + e < n_rows; ++e)
       if (row_seq[row0 + e] == seq) n_keys = max(n_keys, row_keys(pos, row0 + e));
     const int64_t n_chunks = n_keys > 0 ? (n_keys + kChunkKeys - 1) / kChunkKeys : 1;  // a pass always folds chunk 0
     if (part && int64_t(blockIdx.z) >= n_chunks) continue;  // this block's chunk holds none of the pass's keys
-    int64_t lim[2];  // per M row of this lane: keys allowed (0: row not in the pass)
-    uint32_t qh[D / 16][4], ql[D / 16][4];
+    int64_t lim[T][2];  // per tile and M row of this lane: keys allowed (0: row not in the pass)
+    uint32_t qh[T == 1 ? D / 16 : 1][4], ql[T == 1 ? D / 16 : 1][4];
+    // Q of tile mt split into A fragments: in registers with one tile, else tile mt's warp puts them in shared memory.
+    auto load_q = [&](int mt, uint32_t(&h)[D / 16][4], uint32_t(&l)[D / 16][4]) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int m = g + 8 * hr, e = m / G;
-      const int64_t r = row0 + e;
-      const bool act = m < RT * G && r < n_rows && row_seq[r] == seq;
-      lim[hr] = act ? row_keys(pos, r) : 0;
-      const float* qr = q + r * q_stride + (int64_t(kvh) * G + m % G) * D;
+      for (int hr = 0; hr < 2; ++hr) {
+        const int m = g + 8 * hr;
+        const bool act = in_pass(mt, m, seq);
+        const float* qr = q + (row0 + mt * RT + m / G) * q_stride + (int64_t(kvh) * G + m % G) * D;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        float v[4] = {0, 0, 0, 0};
-        if (act)
-          v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
-          v[3] = qr[16 * kk + 2 * t + 9];
-        bf16_split2(v[0], v[1], qh[kk][hr], ql[kk][hr]);
-        bf16_split2(v[2], v[3], qh[kk][2 + hr], ql[kk][2 + hr]);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          float v[4] = {0, 0, 0, 0};
+          if (act)
+            v[0] = qr[16 * kk + 2 * t], v[1] = qr[16 * kk + 2 * t + 1], v[2] = qr[16 * kk + 2 * t + 8],
+            v[3] = qr[16 * kk + 2 * t + 9];
+          bf16_split2(v[0], v[1], h[kk][hr], l[kk][hr]);
+          bf16_split2(v[2], v[3], h[kk][2 + hr], l[kk][2 + hr]);
+        }
       }
+    };
+#pragma unroll
+    for (int mt = 0; mt < T; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int m = g + 8 * hr;
+        lim[mt][hr] = in_pass(mt, m, seq) ? row_keys(pos, row0 + mt * RT + m / G) : 0;
+      }
+    if constexpr (T == 1) {
+      load_q(0, qh, ql);
+    } else {
+      for (int mt = warp; mt < T; mt += kWarps) {
+        uint32_t h[D / 16][4], l[D / 16][4];
+        load_q(mt, h, l);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          S.q[mt][kk][0][lane] = make_uint4(h[kk][0], h[kk][1], h[kk][2], h[kk][3]),
+          S.q[mt][kk][1][lane] = make_uint4(l[kk][0], l[kk][1], l[kk][2], l[kk][3]);
+      }
+      __syncthreads();
     }
     // This warp's columns of the chunk's merged output, as (M row, column).
-    auto put = [&](const float(&x)[kDn][4]) {
+    auto put = [&](const float(&x)[T][kDn][4]) {
 #pragma unroll
-      for (int dd = 0; dd < kDn; ++dd)
+      for (int mt = 0; mt < T; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sm_o[g + 8 * (e >> 1)][(warp * kDn + dd) * 8 + 2 * t + (e & 1)] = x[dd][e];
+        for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            S.o[mt * 16 + g + 8 * (e >> 1)][(warp * kDn + dd) * 8 + 2 * t + (e & 1)] = x[mt][dd][e];
     };
-    float run[kDn][4];  // the pass's running output at this warp's columns
     const int64_t c_first = part ? int64_t(blockIdx.z) : 0, c_end = part ? c_first + 1 : n_chunks;
     for (int64_t c = c_first; c < c_end; ++c) {
       const int64_t kb = c * kChunkKeys;
       const int n_tiles = n_keys > kb ? int((min(kChunkKeys, n_keys - kb) + 7) / 8) : 0;
       // Q K^T by 8-key tile, none past the last key (the softmax masks those slots whatever they hold).
-      for (int i = warp; i < n_tiles; i += kWarps) {
-        const int64_t j = kb + 8 * i + g;
-        const float* kr = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
-        float2 ka[D / 16], kc[D / 16];
+      // Several tiles a block: two key tiles loaded together, so each warp waits on memory half as often.
+      constexpr int kP = T > 1 ? 2 : 1;
+      for (int i0 = warp; i0 < n_tiles; i0 += kP * kWarps) {
+        float2 ka[kP][D / 16], kc[kP][D / 16];
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          ka[kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t);
-          kc[kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
-        }
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int p = 0; p < kP; ++p) {
+          const int64_t j = kb + 8 * (i0 + p * kWarps) + g;
+          const float* kr = kv_row_of(kv, seq, j < n_keys ? j : 0, false) + int64_t(kvh_read) * D;
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t kh0, kl0, kh1, kl1;
-          bf16_split2(ka[kk].x, ka[kk].y, kh0, kl0);
-          bf16_split2(kc[kk].x, kc[kk].y, kh1, kl1);
-          mma_m16n8k16(s, qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kh0, kh1);
-          mma_m16n8k16(s, qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], kl0, kl1);
-          mma_m16n8k16(s, ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], kh0, kh1);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            ka[p][kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t);
+            kc[p][kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
+          }
         }
-        sm_frag[i >> 2][i & 3][lane] =
-            make_uint4(__float_as_uint(s[0]), __float_as_uint(s[1]), __float_as_uint(s[2]), __float_as_uint(s[3]));
+#pragma unroll
+        for (int p = 0; p < kP; ++p) {
+          const int i = i0 + p * kWarps;
+          if (i >= n_tiles) break;
+          float s[T][4] = {};
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t kh0, kl0, kh1, kl1;
+            bf16_split2(ka[p][kk].x, ka[p][kk].y, kh0, kl0);
+            bf16_split2(kc[p][kk].x, kc[p][kk].y, kh1, kl1);
+#pragma unroll
+            for (int mt = 0; mt < T; ++mt) {
+              uint4 a, b;
+              if constexpr (T == 1)
+                a = make_uint4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3]),
+                b = make_uint4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3]);
+              else
+                a = S.q[mt][kk][0][lane], b = S.q[mt][kk][1][lane];
+              mma_m16n8k16(s[mt], a.x, a.y, a.z, a.w, kh0, kh1);
+              mma_m16n8k16(s[mt], a.x, a.y, a.z, a.w, kl0, kl1);
+              mma_m16n8k16(s[mt], b.x, b.y, b.z, b.w, kh0, kh1);
+            }
+          }
+#pragma unroll
+          for (int mt = 0; mt < T; ++mt)
+            S.frag[mt][i >> 2][i & 3][lane] = make_uint4(__float_as_uint(s[mt][0]), __float_as_uint(s[mt][1]),
+                                                         __float_as_uint(s[mt][2]), __float_as_uint(s[mt][3]));
+        }
       }
       __syncthreads();
-      // Warp w's block: scaled, causally masked scores, its row maxima and sums, and P split into fragments.
-      float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
-      if (kb + 32 * warp < n_keys) {
-        float s[4][4];
+      // Warp w's block of each tile: scaled, causally masked scores, its row maxima and sums, and P split.
+#pragma unroll 1
+      for (int mt = 0; mt < T; ++mt) {
+        float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+        if (kb + 32 * warp < n_keys) {
+          float s[4][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const uint4 v = sm_frag[warp][nt][lane];
-          s[nt][0] = __uint_as_float(v.x), s[nt][1] = __uint_as_float(v.y), s[nt][2] = __uint_as_float(v.z),
-          s[nt][3] = __uint_as_float(v.w);
-        }
-        float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t j = kb + 32 * warp + nt * 8 + 2 * t + (e & 1);
-            s[nt][e] = j < lim[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
-            bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+          for (int nt = 0; nt < 4; ++nt) {
+            const uint4 v = S.frag[mt][warp][nt][lane];
+            s[nt][0] = __uint_as_float(v.x), s[nt][1] = __uint_as_float(v.y), s[nt][2] = __uint_as_float(v.z),
+            s[nt][3] = __uint_as_float(v.w);
           }
-        float alpha[2];
+          float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
-          bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
-          const float mn = fmaxf(mrun[hr], bmax[hr]);
-          alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
-          mrun[hr] = mn;
-        }
-        float rs[2] = {0.0f, 0.0f};
+          for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+            for (int e = 0; e < 4; ++e) {
+              const int64_t j = kb + 32 * warp + nt * 8 + 2 * t + (e & 1);
+              s[nt][e] = j < lim[mt][e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
+              bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+            }
+          float alpha[2];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
-            rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
+          for (int hr = 0; hr < 2; ++hr) {
+            bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
+            bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
+            const float mn = fmaxf(mrun[hr], bmax[hr]);
+            alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
+            mrun[hr] = mn;
           }
+          float rs[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
-          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
-          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
-          lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
-        }
-        // P as the A operand (keys along k), 16 keys per step; each lane overwrites only its own scores.
+          for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint4 h, l;
-          bf16_split2(s[2 * kk][0], s[2 * kk][1], h.x, l.x);
-          bf16_split2(s[2 * kk][2], s[2 * kk][3], h.y, l.y);
-          bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], h.z, l.z);
-          bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], h.w, l.w);
-          sm_frag[warp][2 * kk][lane] = h, sm_frag[warp][2 * kk + 1][lane] = l;
+            for (int e = 0; e < 4; ++e) {
+              s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
+              rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
+            }
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+            rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
+            rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
+            lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
+          }
+          // P as the A operand (keys along k), 16 keys per step; each lane overwrites only its own scores.
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            uint4 h, l;
+            bf16_split2(s[2 * kk][0], s[2 * kk][1], h.x, l.x);
+            bf16_split2(s[2 * kk][2], s[2 * kk][3], h.y, l.y);
+            bf16_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], h.z, l.z);
+            bf16_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], h.w, l.w);
+            S.frag[mt][warp][2 * kk][lane] = h, S.frag[mt][warp][2 * kk + 1][lane] = l;
+          }
         }
+        if (t == 0)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            S.m[warp][mt * 16 + g + 8 * hr] = mrun[hr], S.l[warp][mt * 16 + g + 8 * hr] = lrun[hr];
       }
-      if (t == 0)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) sm_m[warp][g + 8 * hr] = mrun[hr], sm_l[warp][g + 8 * hr] = lrun[hr];
       __syncthreads();
       // The blocks that saw an unmasked key of the row (all of them if none did) merge in block order: M = max m_w,
       // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends only on the row's own limit.
-      if (threadIdx.x < 16) {
+      if (threadIdx.x < 16 * T) {
         const int m = threadIdx.x;
         float M = -INFINITY, L = 0.0f;
         int lead = -1;
         for (int w = 0; w < kWarps; ++w) {
-          M = fmaxf(M, sm_m[w][m]);
-          if (lead < 0 && sm_m[w][m] != -INFINITY) lead = w;
+          M = fmaxf(M, S.m[w][m]);
+          if (lead < 0 && S.m[w][m] != -INFINITY) lead = w;
         }
         for (int w = 0; w < kWarps; ++w) {
-          sm_f[w][m] = sm_m[w][m] == -INFINITY ? 0.0f : expf(sm_m[w][m] - M);
-          L = __fadd_rn(L, __fmul_rn(sm_l[w][m], sm_f[w][m]));
+          S.f[w][m] = S.m[w][m] == -INFINITY ? 0.0f : expf(S.m[w][m] - M);
+          L = __fadd_rn(L, __fmul_rn(S.l[w][m], S.f[w][m]));
         }
-        sm_L[m] = L, sm_M[m] = M;
-        sm_first[m] = lead;
+        S.L[m] = L, S.Mx[m] = M;
+        S.first[m] = lead;
       }
       __syncthreads();
-      float acc[kDn][4] = {};  // every element is set by its lead block first
+      float acc[T][kDn][4] = {};  // every element is set by its lead block first
+      // This warp's columns of block w's values (0 past the last key); several tiles a block load them a block ahead.
+      auto load_v = [&](int w, float(&vv)[2][kDn][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int64_t j = kb + 32 * w + 16 * kk + 2 * t + (i & 1) + 8 * (i >> 1);
+            const float* vr = kv_row_of(kv, seq, j < n_keys ? j : 0, true) + int64_t(kvh_read) * D;
+#pragma unroll
+            for (int dd = 0; dd < kDn; ++dd) vv[kk][dd][i] = j < n_keys ? vr[(warp * kDn + dd) * 8 + g] : 0.0f;
+          }
+      };
+      constexpr bool kAhead = T > 1;
+      float vnext[2][kDn][4];
+      if (kAhead && kb < n_keys) load_v(0, vnext);
 #pragma unroll 1
       for (int w = 0; w < kWarps; ++w) {
-        bool in_merge[2];
-        int lead[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int m = g + 8 * hr;
-          in_merge[hr] = sm_first[m] < 0 || sm_m[w][m] != -INFINITY;
-          lead[hr] = sm_first[m] < 0 ? 0 : sm_first[m];
-        }
-        if (!__any_sync(0xffffffffu, in_merge[0] || in_merge[1])) continue;
-        float o[kDn][4];
-#pragma unroll
-        for (int dd = 0; dd < kDn; ++dd) o[dd][0] = o[dd][1] = o[dd][2] = o[dd][3] = 0.0f;
+        float vcur[2][kDn][4];
         const int64_t b0 = kb + 32 * w;
+        if constexpr (kAhead) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+            for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) vcur[kk][dd][i] = vnext[kk][dd][i];
+          if (w + 1 < kWarps && b0 + 32 < n_keys) load_v(w + 1, vnext);
+        }
+        bool in_merge[T][2], any = false;
+        int lead[T][2];
+#pragma unroll
+        for (int mt = 0; mt < T; ++mt)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int m = mt * 16 + g + 8 * hr;
+            in_merge[mt][hr] = S.first[m] < 0 || S.m[w][m] != -INFINITY;
+            lead[mt][hr] = S.first[m] < 0 ? 0 : S.first[m];
+            any |= in_merge[mt][hr];
+          }
+        if (!__any_sync(0xffffffffu, any)) continue;
+        float o[T][kDn][4] = {};
         if (b0 < n_keys) {
+          if constexpr (!kAhead) load_v(w, vcur);
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
-            const uint4 h = sm_frag[w][2 * kk][lane], l = sm_frag[w][2 * kk + 1][lane];
             const int64_t j0 = b0 + 16 * kk + 2 * t;
-            const float* vr[4];
-            bool vin[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int64_t j = j0 + (i & 1) + 8 * (i >> 1);
-              vin[i] = j < n_keys;
-              vr[i] = kv_row_of(kv, seq, vin[i] ? j : 0, true) + int64_t(kvh_read) * D;
-            }
-            // The (row, key) pairs inside the causal limit, in P's A layout: a masked key's V never reaches a row.
-            auto in = [&](int64_t j, int hr) { return j < lim[hr] ? 1.0f : 0.0f; };
-            const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
-                                    bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
             float vv[kDn][4];
             bool any_bad = false;
 #pragma unroll
             for (int dd = 0; dd < kDn; ++dd)
 #pragma unroll
               for (int i = 0; i < 4; ++i) {
-                vv[dd][i] = vin[i] ? vr[i][(warp * kDn + dd) * 8 + g] : 0.0f;
+                vv[dd][i] = vcur[kk][dd][i];
                 any_bad |= !(fabsf(vv[dd][i]) < 3.38e38f);  // NaN, inf, or rounding to an infinite bf16
               }
             if (!__any_sync(0xffffffffu, any_bad)) {  // the usual case: every value finite, nothing to mark
+              uint32_t vs[kDn][4];
 #pragma unroll
               for (int dd = 0; dd < kDn; ++dd) {
-                uint32_t vh0, vl0, vh1, vl1;
-                bf16_split2_finite(vv[dd][0], vv[dd][1], vh0, vl0);
-                bf16_split2_finite(vv[dd][2], vv[dd][3], vh1, vl1);
-                mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vh0, vh1);
-                mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vl0, vl1);
-                mma_m16n8k16(o[dd], l.x, l.y, l.z, l.w, vh0, vh1);
+                bf16_split2_finite(vv[dd][0], vv[dd][1], vs[dd][0], vs[dd][1]);
+                bf16_split2_finite(vv[dd][2], vv[dd][3], vs[dd][2], vs[dd][3]);
+              }
+#pragma unroll
+              for (int mt = 0; mt < T; ++mt) {
+                const uint4 h = S.frag[mt][w][2 * kk][lane], l = S.frag[mt][w][2 * kk + 1][lane];
+#pragma unroll
+                for (int dd = 0; dd < kDn; ++dd) {
+                  mma_m16n8k16(o[mt][dd], h.x, h.y, h.z, h.w, vs[dd][0], vs[dd][2]);
+                  mma_m16n8k16(o[mt][dd], h.x, h.y, h.z, h.w, vs[dd][1], vs[dd][3]);
+                  mma_m16n8k16(o[mt][dd], l.x, l.y, l.z, l.w, vs[dd][0], vs[dd][2]);
+                }
               }
               continue;
             }
+            uint32_t vs[kDn][4], vb[kDn][2];
 #pragma unroll
             for (int dd = 0; dd < kDn; ++dd) {
               float v[4];
@@ -272,77 +359,91 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                 bad[i] = !isfinite(v[i]);
                 if (bad[i]) v[i] = 0.0f;
               }
-              uint32_t vh0, vl0, vh1, vl1;
-              bf16_split2(v[0], v[1], vh0, vl0);
-              bf16_split2(v[2], v[3], vh1, vl1);
-              mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vh0, vh1);
-              mma_m16n8k16(o[dd], h.x, h.y, h.z, h.w, vl0, vl1);
-              mma_m16n8k16(o[dd], l.x, l.y, l.z, l.w, vh0, vh1);
-              // Per output: unmasked keys whose value is not finite.
-              float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], bf16_pair(bad[0], bad[1]), bf16_pair(bad[2], bad[3]));
+              bf16_split2(v[0], v[1], vs[dd][0], vs[dd][1]);
+              bf16_split2(v[2], v[3], vs[dd][2], vs[dd][3]);
+              vb[dd][0] = bf16_pair(bad[0], bad[1]), vb[dd][1] = bf16_pair(bad[2], bad[3]);
+            }
 #pragma unroll
-              for (int e = 0; e < 4; ++e)
-                if (hits[e] > 0.0f) o[dd][e] = __int_as_float(0x7fffffff);
+            for (int mt = 0; mt < T; ++mt) {
+              const uint4 h = S.frag[mt][w][2 * kk][lane], l = S.frag[mt][w][2 * kk + 1][lane];
+              // The (row, key) pairs inside the causal limit, in P's A layout: a masked key's V never reaches a row.
+              auto in = [&](int64_t j, int hr) { return j < lim[mt][hr] ? 1.0f : 0.0f; };
+              const uint32_t mk[4] = {bf16_pair(in(j0, 0), in(j0 + 1, 0)), bf16_pair(in(j0, 1), in(j0 + 1, 1)),
+                                      bf16_pair(in(j0 + 8, 0), in(j0 + 9, 0)), bf16_pair(in(j0 + 8, 1), in(j0 + 9, 1))};
+#pragma unroll
+              for (int dd = 0; dd < kDn; ++dd) {
+                mma_m16n8k16(o[mt][dd], h.x, h.y, h.z, h.w, vs[dd][0], vs[dd][2]);
+                mma_m16n8k16(o[mt][dd], h.x, h.y, h.z, h.w, vs[dd][1], vs[dd][3]);
+                mma_m16n8k16(o[mt][dd], l.x, l.y, l.z, l.w, vs[dd][0], vs[dd][2]);
+                // Per output: unmasked keys whose value is not finite.
+                float hits[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_m16n8k16(hits, mk[0], mk[1], mk[2], mk[3], vb[dd][0], vb[dd][1]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                  if (hits[e] > 0.0f) o[mt][dd][e] = __int_as_float(0x7fffffff);
+              }
             }
           }
         }
 #pragma unroll
-        for (int dd = 0; dd < kDn; ++dd)
+        for (int mt = 0; mt < T; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (!in_merge[e >> 1]) continue;
-            const float v = __fmul_rn(o[dd][e], sm_f[w][g + 8 * (e >> 1)]);
-            acc[dd][e] = w == lead[e >> 1] ? v : __fadd_rn(acc[dd][e], v);
-          }
+          for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (!in_merge[mt][e >> 1]) continue;
+              const float v = __fmul_rn(o[mt][dd][e], S.f[w][mt * 16 + g + 8 * (e >> 1)]);
+              acc[mt][dd][e] = w == lead[mt][e >> 1] ? v : __fadd_rn(acc[mt][dd][e], v);
+            }
       }
       if (part) {
         put(acc);
         __syncthreads();
         // Parked for the combine kernel; a row within chunk 0 is finished here (one chunk's fold is that chunk).
-        for (int i = warp; i < 16 * (D / 32); i += kWarps) {
-          const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G, h = kvh * G + m % G;
-          const int64_t r = row0 + e, col = int64_t(h) * D + d0;
-          if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
+        for (int i = warp; i < 16 * T * (D / 32); i += kWarps) {
+          const int mm = i / (D / 32), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32, h = kvh * G + m % G;
+          const int64_t r = row0 + mt * RT + m / G, col = int64_t(h) * D + d0;
+          if (!in_pass(mt, m, seq)) continue;
           float* pp = part + ((c * n_rows + r) * n_head + h) * (D + 2);
-          if (lane == 0 && d0 == 0) pp[0] = sm_M[m], pp[1] = sm_L[m];
-          pp[2 + d0 + lane] = sm_o[m][d0 + lane];
+          if (lane == 0 && d0 == 0) pp[0] = S.Mx[mm], pp[1] = S.L[mm];
+          pp[2 + d0 + lane] = S.o[mm][d0 + lane];
           if (c > 0 || row_keys(pos, r) > kChunkKeys) continue;
-          store_row(sm_o[m][d0 + lane], sm_L[m], r, col, int64_t(n_head) * D, out, xs, xsum);
+          store_row(S.o[mm][d0 + lane], S.L[mm], r, col, int64_t(n_head) * D, out, xs, xsum);
         }
       } else {
         // Fold into the running state: chunk 0 always, later chunks when they saw an unmasked key of the row.
-        if (threadIdx.x < 16) {
+        if (threadIdx.x < 16 * T) {
           const int m = threadIdx.x;
-          run_take[m] = c == 0 || sm_M[m] != -INFINITY;
+          S.take[m] = c == 0 || S.Mx[m] != -INFINITY;
           if (c == 0) {
-            run_m[m] = sm_M[m], run_l[m] = sm_L[m];
-          } else if (run_take[m]) {
-            const FoldW fw = fold_weights(run_m[m], sm_M[m]);
-            run_l[m] = fold_value(run_l[m], sm_L[m], fw), run_m[m] = fw.m, run_a[m] = fw.a, run_b[m] = fw.b;
+            S.run_m[m] = S.Mx[m], S.run_l[m] = S.L[m];
+          } else if (S.take[m]) {
+            const FoldW fw = fold_weights(S.run_m[m], S.Mx[m]);
+            S.run_l[m] = fold_value(S.run_l[m], S.L[m], fw), S.run_m[m] = fw.m, S.run_a[m] = fw.a, S.run_b[m] = fw.b;
           }
         }
         __syncthreads();
+        // The running output stays in S.o, each element with the thread that owns it.
 #pragma unroll
-        for (int dd = 0; dd < kDn; ++dd)
+        for (int mt = 0; mt < T; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int m = g + 8 * (e >> 1);
-            if (run_take[m])
-              run[dd][e] = c == 0 ? acc[dd][e] : fold_value(run[dd][e], acc[dd][e], FoldW{run_a[m], run_b[m], 0.0f});
-          }
+          for (int dd = 0; dd < kDn; ++dd)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int m = mt * 16 + g + 8 * (e >> 1);
+              float& r = S.o[m][(warp * kDn + dd) * 8 + 2 * t + (e & 1)];
+              if (S.take[m]) r = c == 0 ? acc[mt][dd][e] : fold_value(r, acc[mt][dd][e], FoldW{S.run_a[m], S.run_b[m], 0.0f});
+            }
       }
       __syncthreads();
     }
     if (part) continue;
-    put(run);
-    __syncthreads();
     // A warp per (M row, 32 columns), lane k on column k: coalesced stores, and the split for the output product.
-    for (int i = warp; i < 16 * (D / 32); i += kWarps) {
-      const int m = i / (D / 32), d0 = (i % (D / 32)) * 32, e = m / G;
-      const int64_t r = row0 + e, col = (int64_t(kvh) * G + m % G) * D + d0;
-      if (!(m < RT * G && r < n_rows && row_seq[r] == seq)) continue;
-      store_row(sm_o[m][d0 + lane], run_l[m], r, col, int64_t(n_head) * D, out, xs, xsum);
+    for (int i = warp; i < 16 * T * (D / 32); i += kWarps) {
+      const int mm = i / (D / 32), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32;
+      const int64_t r = row0 + mt * RT + m / G, col = (int64_t(kvh) * G + m % G) * D + d0;
+      if (!in_pass(mt, m, seq)) continue;
+      store_row(S.o[mm][d0 + lane], S.run_l[mm], r, col, int64_t(n_head) * D, out, xs, xsum);
     }
     __syncthreads();
   }
@@ -374,11 +475,46 @@ __global__ void __launch_bounds__(128)
   store_row(ro, rl, r, int64_t(h) * D + d - lane, int64_t(n_head) * D, out, xs, xsum);
 }
 
-std::atomic<int> g_blocks_per_sm{0};
+// The kernel's builds: blocks an SM its registers allow, and tiles a block.
+struct Build {
+  int blocks, tiles;
+  const char* name;
+};
+constexpr Build kBuilds[] = {{1, 1, "one tile a block, one block an SM"},
+                             {2, 1, "one tile a block, two blocks an SM"},
+                             {2, 2, "two tiles a block, two blocks an SM"}};
+constexpr int kNumBuilds = int(sizeof(kBuilds) / sizeof(kBuilds[0]));
+
+std::atomic<int> g_force{-1};
+
+// A developer's choice for benchmarks (TF_ATTN_BUILD=<index>); the contract's forcing comes first.
+int env_build() {
+  static const int b = [] {
+    const char* v = std::getenv("TF_ATTN_BUILD");
+    const int n = v && *v ? std::atoi(v) : -1;
+    return n >= 0 && n < kNumBuilds ? n : -1;
+  }();
+  return b;
+}
+
+template <int D, int B, int T>
+void launch_build(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos,
+                  const int32_t* row_seq, const PagedKv& kv, int n_head, int n_kv_head, float scale, float* out,
+                  uint4* xs, float* xsum, float* part) {
+  constexpr size_t bytes = sizeof(AttnSmem<D, T>);
+  static const cudaError_t ready =
+      cudaFuncSetAttribute(attention_mma_kernel<D, B, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (ready != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA attention: shared memory: ") + cudaGetErrorString(ready));
+  launch_k(attention_mma_kernel<D, B, T>, grid, kWarps * 32, bytes, q, q_stride, n_rows, pos, row_seq, kv, n_head,
+           n_kv_head, scale, out, xs, xsum, part);
+}
 
 }  // namespace
 
-void attention_set_blocks_per_sm(int n) { g_blocks_per_sm.store(n == 1 || n == 2 ? n : 0); }
+int attention_builds() { return kNumBuilds; }
+const char* attention_build_name(int b) { return b >= 0 && b < kNumBuilds ? kBuilds[b].name : "chosen by shape"; }
+void attention_force_build(int b) { g_force.store(b >= 0 && b < kNumBuilds ? b : -1); }
 
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= 16;
@@ -399,20 +535,31 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (parallel && n_chunks > chunks.max_chunks)
     throw std::runtime_error("CUDA attention: more key chunks than the partials were sized for");
   float* part = parallel ? chunks.part : nullptr;
-  const dim3 grid(unsigned((n_rows + rt - 1) / rt), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
-  auto* x4 = static_cast<uint4*>(xs);
-  // Many row blocks (prefill): two blocks an SM at 128 registers, so one block's barriers and chains hide the other's.
+  // Prefill (sequences' rows filling two tiles on average, a wave of such blocks): two tiles a block, so each key
+  // and value is loaded and split once for both; grids past the SM count take two blocks an SM, so one block's
+  // barriers and chains hide the other's.
   static const int64_t sms = device_info(0).sm_count;
-  const int forced = g_blocks_per_sm.load();
-  const bool two = forced ? forced == 2 : int64_t(grid.x) * grid.y * grid.z > sms;
-  auto go = [&](auto kernel) {
-    launch_k(kernel, grid, kWarps * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale,
-             out, x4, xsum, part);
+  const int64_t tiles = (n_rows + rt - 1) / rt;
+  int b = g_force.load() >= 0 ? g_force.load() : env_build();
+  if (b < 0) {
+    const bool runs = chunks.seqs > 0 && n_rows >= 2 * rt * chunks.seqs;
+    b = !parallel && runs && tiles / 2 * n_kv_head >= sms ? 2 : tiles * n_kv_head * (parallel ? n_chunks : 1) > sms;
+  }
+  const int T = kBuilds[b].tiles;
+  const dim3 grid(unsigned((tiles + T - 1) / T), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
+  auto* x4 = static_cast<uint4*>(xs);
+  auto go = [&](auto launch) {
+    launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part);
   };
-  if (head_dim == 64)
-    two ? go(attention_mma_kernel<64, 2>) : go(attention_mma_kernel<64, 1>);
-  else
-    two ? go(attention_mma_kernel<128, 2>) : go(attention_mma_kernel<128, 1>);
+  if (head_dim == 64) {
+    const decltype(&launch_build<64, 1, 1>) l64[] = {launch_build<64, 1, 1>, launch_build<64, 2, 1>,
+                                                     launch_build<64, 2, 2>};
+    go(l64[b]);
+  } else {
+    const decltype(&launch_build<128, 1, 1>) l128[] = {launch_build<128, 1, 1>, launch_build<128, 2, 1>,
+                                                       launch_build<128, 2, 2>};
+    go(l128[b]);
+  }
   if (parallel) {
     const int64_t warps = n_rows * n_head * (head_dim / 32);
     const unsigned blocks = unsigned((warps + 3) / 4);

@@ -75,6 +75,7 @@ class LlamaCudaModel : public Model {
   float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, att_keys_ keys)
   size_t att_part_bytes_ = 0;
   int64_t att_keys_ = 0;
+  int64_t round_seqs_ = 0;  // sequences among the staged round's rows
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;

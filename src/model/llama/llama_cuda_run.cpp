@@ -91,6 +91,7 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     }
   }
   cuda::copy_to_device_async(staging_dev_, staging_host_, L.total(sampling != nullptr));
+  round_seqs_ = seq + 1;
   return width;
 }
 
@@ -142,7 +143,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
       // No row holds more keys than the pool, which the partials were sized for.
       const int64_t keys = std::min(width * page_size_, att_keys_);
       const cuda::AttnChunks chunks{att_part_, kAttnChunkRows,
-                                    (att_keys_ + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys, keys};
+                                    (att_keys_ + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys, keys, round_seqs_};
       cuda::attention_mma(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_, pre_o.xs,
                           pre_o.xsum, chunks);
     } else
