@@ -164,13 +164,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             kc[p][kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
           }
         }
+        // Both tiles' and all tiles' score sums side by side: independent mma chains to interleave.
+        float s[kP][T][4] = {};
 #pragma unroll
-        for (int p = 0; p < kP; ++p) {
-          const int i = i0 + p * kWarps;
-          if (i >= n_tiles) break;
-          float s[T][4] = {};
+        for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
+          for (int p = 0; p < kP; ++p) {
             uint32_t kh0, kl0, kh1, kl1;
             bf16_split2(ka[p][kk].x, ka[p][kk].y, kh0, kl0);
             bf16_split2(kc[p][kk].x, kc[p][kk].y, kh1, kl1);
@@ -182,15 +181,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                 b = make_uint4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3]);
               else
                 a = S.q[mt][kk][0][lane], b = S.q[mt][kk][1][lane];
-              mma_m16n8k16(s[mt], a.x, a.y, a.z, a.w, kh0, kh1);
-              mma_m16n8k16(s[mt], a.x, a.y, a.z, a.w, kl0, kl1);
-              mma_m16n8k16(s[mt], b.x, b.y, b.z, b.w, kh0, kh1);
+              mma_m16n8k16(s[p][mt], a.x, a.y, a.z, a.w, kh0, kh1);
+              mma_m16n8k16(s[p][mt], a.x, a.y, a.z, a.w, kl0, kl1);
+              mma_m16n8k16(s[p][mt], b.x, b.y, b.z, b.w, kh0, kh1);
             }
           }
 #pragma unroll
+        for (int p = 0; p < kP; ++p) {
+          const int i = i0 + p * kWarps;
+          if (i >= n_tiles) break;
+#pragma unroll
           for (int mt = 0; mt < T; ++mt)
-            S.frag[mt][i >> 2][i & 3][lane] = make_uint4(__float_as_uint(s[mt][0]), __float_as_uint(s[mt][1]),
-                                                         __float_as_uint(s[mt][2]), __float_as_uint(s[mt][3]));
+            S.frag[mt][i >> 2][i & 3][lane] = make_uint4(__float_as_uint(s[p][mt][0]), __float_as_uint(s[p][mt][1]),
+                                                         __float_as_uint(s[p][mt][2]), __float_as_uint(s[p][mt][3]));
         }
       }
       __syncthreads();
@@ -304,6 +307,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         }
         bool in_merge[T][2], any = false;
         int lead[T][2];
+        float fw[T][2];  // read here, so the weighting after the mma does not wait on shared memory
 #pragma unroll
         for (int mt = 0; mt < T; ++mt)
 #pragma unroll
@@ -311,6 +315,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             const int m = mt * 16 + g + 8 * hr;
             in_merge[mt][hr] = S.first[m] < 0 || S.m[w][m] != -INFINITY;
             lead[mt][hr] = S.first[m] < 0 ? 0 : S.first[m];
+            fw[mt][hr] = S.f[w][m];
             any |= in_merge[mt][hr];
           }
         if (!__any_sync(0xffffffffu, any)) continue;
@@ -392,7 +397,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               if (!in_merge[mt][e >> 1]) continue;
-              const float v = __fmul_rn(o[mt][dd][e], S.f[w][mt * 16 + g + 8 * (e >> 1)]);
+              const float v = __fmul_rn(o[mt][dd][e], fw[mt][e >> 1]);
               acc[mt][dd][e] = w == lead[mt][e >> 1] ? v : __fadd_rn(acc[mt][dd][e], v);
             }
       }
