@@ -99,8 +99,7 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
     cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
     if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
       why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
-    // Each build of the kernel (by shape: more tiles a block or two blocks an SM for large grids) on every path:
-    // chunk-parallel, walked in-block, and writing the split output; here the grids are small, so it is forced.
+    // Every build forced on every path (chunk-parallel, walked, split output): these grids would not pick them.
     for (int b = 0; b < cuda::attention_builds() && why.empty(); ++b) {
       struct Force {
         explicit Force(int k) { cuda::attention_force_build(k); }

@@ -33,11 +33,10 @@ constexpr int64_t kAttnChunkKeys = 256;
 struct AttnChunks {
   float* part = nullptr;
   int64_t max_rows = 0, max_chunks = 0, max_keys = 0;
-  int64_t seqs = 0;  // sequences among the rows (0: not known), so only runs of one sequence share a block's keys
+  int64_t seqs = 0;  // sequences among the rows (0: not known), a hint for the kernel's build
 };
 size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
-// The tensor-core kernel's builds (blocks an SM its registers allow, tiles of 16 (row, head) pairs a block), all
-// giving the same bits: -1 picks by shape, b forces build b, so the contract compares every build on each path.
+// The kernel's builds give the same bits; -1 picks by shape, b forces build b (the contract compares them all).
 int attention_builds();
 const char* attention_build_name(int b);
 void attention_force_build(int b);

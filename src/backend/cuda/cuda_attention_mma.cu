@@ -61,9 +61,7 @@ struct AttnSmem {
   float o[M][D + 4];  // padded: rows D apart put a warp's 8 row groups on one bank (8-way conflicts)
 };
 
-// A block per T tiles of 16 (row, head) pairs of one KV head and sequence pass; chunks walked here or one per
-// blockIdx.z (part). All warps share a chunk's 32-key blocks (Q K^T by key tile, P V by columns) with the arithmetic
-// of one warp per block and tile; more tiles a block load and split each key and value once for all of them.
+// T tiles of 16 (row, head) pairs of one KV head a block, keys shared by its warps: the bits of one warp per block.
 template <int D, int kMinBlocks, int T>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
@@ -164,7 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             kc[p][kk] = *reinterpret_cast<const float2*>(kr + 16 * kk + 2 * t + 8);
           }
         }
-        // Both tiles' and all tiles' score sums side by side: independent mma chains to interleave.
+        // Both key tiles' and all M tiles' score sums side by side: independent mma chains to interleave.
         float s[kP][T][4] = {};
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk)
@@ -437,7 +435,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             for (int e = 0; e < 4; ++e) {
               const int m = mt * 16 + g + 8 * (e >> 1);
               float& r = S.o[m][(warp * kDn + dd) * 8 + 2 * t + (e & 1)];
-              if (S.take[m]) r = c == 0 ? acc[mt][dd][e] : fold_value(r, acc[mt][dd][e], FoldW{S.run_a[m], S.run_b[m], 0.0f});
+              if (S.take[m])
+                r = c == 0 ? acc[mt][dd][e] : fold_value(r, acc[mt][dd][e], FoldW{S.run_a[m], S.run_b[m], 0.0f});
             }
       }
       __syncthreads();
@@ -540,9 +539,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (parallel && n_chunks > chunks.max_chunks)
     throw std::runtime_error("CUDA attention: more key chunks than the partials were sized for");
   float* part = parallel ? chunks.part : nullptr;
-  // Prefill (sequences' rows filling two tiles on average, a wave of such blocks): two tiles a block, so each key
-  // and value is loaded and split once for both; grids past the SM count take two blocks an SM, so one block's
-  // barriers and chains hide the other's.
+  // Prefill takes two tiles a block (keys loaded once for both); other grids past the SM count two blocks an SM.
   static const int64_t sms = device_info(0).sm_count;
   const int64_t tiles = (n_rows + rt - 1) / rt;
   int b = g_force.load() >= 0 ? g_force.load() : env_build();
