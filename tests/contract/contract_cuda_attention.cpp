@@ -168,6 +168,12 @@ std::string check_cuda_attention() {
 // Decode-like rows of two sequences, then a prefill chunk (37 consecutive positions) with another sequence's rows
 // inside and after it: every row must equal the row computed alone.
 std::string check_cuda_attention_mma() {
+  try {  // pages that split a 16-key group are refused before any launch
+    cuda::attention_mma(nullptr, 0, 1, nullptr, nullptr, cuda::PagedKv{nullptr, 0, 0, 8, 1024, nullptr, 1}, 32, 8, 128,
+                        1.0f, nullptr);
+    return "KV pages of 8 tokens were not refused";
+  } catch (const std::runtime_error&) {
+  }
   std::mt19937 rng(29);
   std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
   if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;

@@ -21,7 +21,8 @@ void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* 
                const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, int64_t max_keys,
                float* out);
 
-// The same attention on tensor cores (head size 64 or 128, up to 16 query heads per KV head), for every row count:
+// The same attention on tensor cores (head size 64 or 128, up to 16 query heads per KV head, KV pages of a multiple
+// of 16 tokens), for every row count:
 // tiles of 16 (row, head) pairs of one KV head, keys in 256-key chunks of eight 32-key blocks (one per warp), Q K^T
 // and P V as bf16 hi/lo products (lo x lo dropped), a chunk's warps merged in order, the chunks folded in order. No
 // row's bits depend on the others.

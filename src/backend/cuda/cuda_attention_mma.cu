@@ -278,14 +278,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       // This warp's columns of block w's values (0 past the last key); several tiles a block load them a block ahead.
       auto load_v = [&](int w, float(&vv)[2][kDn][4]) {
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
+        for (int kk = 0; kk < 2; ++kk) {
+          // Pages hold whole 16-key groups (the launcher checks): one page lookup for the step's 16 keys.
+          const int64_t jb = kb + 32 * w + 16 * kk;
+          const float* vb = kv_row_of(kv, seq, jb < n_keys ? jb : 0, true) + int64_t(kvh_read) * D;
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int64_t j = kb + 32 * w + 16 * kk + 2 * t + (i & 1) + 8 * (i >> 1);
-            const float* vr = kv_row_of(kv, seq, j < n_keys ? j : 0, true) + int64_t(kvh_read) * D;
+            const int64_t j = jb + 2 * t + (i & 1) + 8 * (i >> 1);
+            const float* vr = vb + (j - jb) * kv.kv_row;
 #pragma unroll
             for (int dd = 0; dd < kDn; ++dd) vv[kk][dd][i] = j < n_keys ? vr[(warp * kDn + dd) * 8 + g] : 0.0f;
           }
+        }
       };
       constexpr bool kAhead = T > 1;
       float vnext[2][kDn][4];
@@ -529,6 +533,9 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (!attention_mma_supports(head_dim, n_head, n_kv_head))
     throw std::runtime_error(
         "attention: the tensor-core kernel takes head size 64 or 128 and up to 16 heads per KV head");
+  if (kv.page_size % 16 != 0)
+    throw std::runtime_error("attention: the tensor-core kernel needs KV pages of a multiple of 16 tokens, not " +
+                             std::to_string(kv.page_size));
   if (n_rows == 0) return;
   upload_control();
   const int64_t rt = 16 / (n_head / n_kv_head);

@@ -253,12 +253,14 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
 }
 
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
+  const auto& c = cfg_;
+  if (cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv) && page_size % 16 != 0)
+    fail("KV pages of {} tokens: the CUDA tensor-core attention takes pages of a multiple of 16 tokens", page_size);
   // Few-row products' partials, reserved before the pool takes the memory.
   cuda::reserve_gemv_scratch(product_scratch(cuda::gemv_split_rows()));
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
   // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).
-  const auto& c = cfg_;
   const int64_t att_keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
   const size_t att_bytes = cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
                                ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, att_keys)
