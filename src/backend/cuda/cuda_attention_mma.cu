@@ -199,6 +199,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll 1
       for (int mt = 0; mt < T; ++mt) {
         float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+        int64_t lm[2] = {lim[0][0], lim[0][1]};  // tile mt's limits by selects: lim stays in registers
+#pragma unroll
+        for (int u = 1; u < T; ++u)
+          if (u == mt) lm[0] = lim[u][0], lm[1] = lim[u][1];
         if (kb + 32 * warp < n_keys) {
           float s[4][4];
 #pragma unroll
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int64_t j = kb + 32 * warp + nt * 8 + 2 * t + (e & 1);
-              s[nt][e] = j < lim[mt][e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
+              s[nt][e] = j < lm[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
               bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
             }
           float alpha[2];
