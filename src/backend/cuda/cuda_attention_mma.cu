@@ -102,6 +102,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int m = g + 8 * hr;
         const bool act = in_pass(mt, m, seq);
         const float* qr = q + (row0 + mt * RT + m / G) * q_stride + (int64_t(kvh) * G + m % G) * D;
+        if (!__any_sync(0xffffffffu, act)) {  // rows past the tile's (decode: most of them) hold zeros, unsplit
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) h[kk][hr] = l[kk][hr] = h[kk][2 + hr] = l[kk][2 + hr] = 0;
+          continue;
+        }
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           float v[4] = {0, 0, 0, 0};
@@ -260,8 +265,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             S.m[warp][mt * 16 + g + 8 * hr] = mrun[hr], S.l[warp][mt * 16 + g + 8 * hr] = lrun[hr];
       }
       __syncthreads();
-      // The blocks that saw an unmasked key of the row (all of them if none did) merge in block order: M = max m_w,
-      // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends only on the row's own limit.
+      // The blocks that saw an unmasked key of the row merge in block order (a chunk no block reached is not used):
+      // M = max m_w, L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends on the row alone.
       if (threadIdx.x < 16 * T) {
         const int m = threadIdx.x;
         float M = -INFINITY, L = 0.0f;
@@ -315,7 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int m = mt * 16 + g + 8 * hr;
-            in_merge[mt][hr] = S.first[m] < 0 || S.m[w][m] != -INFINITY;
+            in_merge[mt][hr] = S.m[w][m] != -INFINITY;  // a row no block of this chunk reached is never used
             lead[mt][hr] = S.first[m] < 0 ? 0 : S.first[m];
             fw[mt][hr] = S.f[w][m];
             any |= in_merge[mt][hr];
