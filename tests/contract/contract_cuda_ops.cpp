@@ -23,6 +23,25 @@ struct DevVec {
   }
 };
 
+// A producer's split output for many rows (each row's groups in one block or one warp's loop) against each row's own
+// call (groups spread over blocks and warps): output, hi|lo split and group sums bit for bit.
+template <class Run>
+std::string same_rows_split(const char* what, int64_t rows, int64_t n, Run run) {
+  DevVec y{std::vector<float>(size_t(rows * n))}, xs{std::vector<float>(size_t(rows * n))},
+      xsum{std::vector<float>(size_t(rows * n / 32))};
+  DevVec y1{std::vector<float>(size_t(n))}, xs1{std::vector<float>(size_t(n))}, xsum1{std::vector<float>(size_t(n / 32))};
+  run(0, rows, y.p, xs.p, xsum.p);
+  const auto Y = y.get(), XS = xs.get(), XSUM = xsum.get();
+  for (int64_t r = 0; r < rows; ++r) {
+    run(r, 1, y1.p, xs1.p, xsum1.p);
+    if (first_bit_difference(y1.get().data(), Y.data() + r * n, size_t(n)) >= 0 ||
+        first_bit_difference(xs1.get().data(), XS.data() + r * n, size_t(n)) >= 0 ||
+        first_bit_difference(xsum1.get().data(), XSUM.data() + r * n / 32, size_t(n / 32)) >= 0)
+      return fmt::format("{} n={} rows={}: row {}'s split output differs from its own call", what, n, rows, r);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string check_cuda_rmsnorm() {
@@ -48,6 +67,15 @@ std::string check_cuda_rmsnorm() {
           return fmt::format("row {} differs when computed alone", r);
       }
     }
+  }
+  // Many rows take one block a row for the split output, one row spreads its groups over blocks.
+  for (int64_t n : {4096, 576}) {
+    const int64_t rows = 70;
+    DevVec dx(random_floats(size_t(rows * n), rng, 3.0f)), dw(random_floats(size_t(n), rng));
+    auto why = same_rows_split("rmsnorm", rows, n, [&](int64_t r0, int64_t k, float* y, float* xs, float* xsum) {
+      cuda::rmsnorm(dx.p + r0 * n, dw.p, k, n, 1e-5f, y, xs, xsum);
+    });
+    if (!why.empty()) return why;
   }
   return {};
 }
@@ -83,7 +111,12 @@ std::string check_cuda_swiglu() {
       }
     }
   }
-  return {};
+  // With a split output, more groups than a wave of warps: each warp takes several, rows alone take one each.
+  const int64_t n = 14336, rows = 80;
+  DevVec dgu(random_floats(size_t(rows * 2 * n), rng, 3.0f));
+  return same_rows_split("swiglu_pairs", rows, n, [&](int64_t r0, int64_t k, float* y, float* xs, float* xsum) {
+    cuda::swiglu_pairs(dgu.p + r0 * 2 * n, k, n, y, xs, xsum);
+  });
 }
 
 }  // namespace tf::contract

@@ -104,6 +104,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int m = g + 8 * hr;
         const bool act = in_pass(mt, m, seq);
         const float* qr = q + (row0 + mt * RT + m / G) * q_stride + (int64_t(kvh) * G + m % G) * D;
+        if (!__any_sync(0xffffffffu, act)) {  // rows past the tile's (decode: most of them) hold zeros, unsplit
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) h[kk][hr] = l[kk][hr] = h[kk][2 + hr] = l[kk][2 + hr] = 0;
+          continue;
+        }
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           float v[4] = {0, 0, 0, 0};
@@ -201,6 +206,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll 1
       for (int mt = 0; mt < T; ++mt) {
         float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+        int64_t lm[2] = {lim[0][0], lim[0][1]};  // tile mt's limits by selects: lim stays in registers
+#pragma unroll
+        for (int u = 1; u < T; ++u)
+          if (u == mt) lm[0] = lim[u][0], lm[1] = lim[u][1];
         if (kb + 32 * warp < n_keys) {
           float s[4][4];
 #pragma unroll
@@ -215,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int64_t j = kb + 32 * warp + nt * 8 + 2 * t + (e & 1);
-              s[nt][e] = j < lim[mt][e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
+              s[nt][e] = j < lm[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
               bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
             }
           float alpha[2];
@@ -258,8 +267,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             S.m[warp][mt * 16 + g + 8 * hr] = mrun[hr], S.l[warp][mt * 16 + g + 8 * hr] = lrun[hr];
       }
       __syncthreads();
-      // The blocks that saw an unmasked key of the row (all of them if none did) merge in block order: M = max m_w,
-      // L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends only on the row's own limit.
+      // The blocks that saw an unmasked key of the row merge in block order (a chunk no block reached is not used):
+      // M = max m_w, L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends on the row alone.
       if (threadIdx.x < 16 * T) {
         const int m = threadIdx.x;
         float M = -INFINITY, L = 0.0f;
@@ -317,7 +326,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int m = mt * 16 + g + 8 * hr;
-            in_merge[mt][hr] = S.first[m] < 0 || S.m[w][m] != -INFINITY;
+            in_merge[mt][hr] = S.m[w][m] != -INFINITY;  // a row no block of this chunk reached is never used
             lead[mt][hr] = S.first[m] < 0 ? 0 : S.first[m];
             fw[mt][hr] = S.f[w][m];
             any |= in_merge[mt][hr];

@@ -1,9 +1,12 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_ctl.cuh"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_split.cuh"
@@ -19,8 +22,10 @@ void check_launch(const char* op) {
 }
 
 constexpr int kNormThreads = 256;
+constexpr int64_t kNormRowsOneBlock = 64;  // a wave of one-block rows: no need to spread a row over blocks
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum) {
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum,
+                               int64_t groups_per_block) {
   grid_wait();
   __shared__ double part[kNormThreads];
   const int64_t row = blockIdx.y;  // blockIdx.x: which 8 groups of the split output (every block sums the whole row)
@@ -37,8 +42,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
   const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
   if (xs) {  // a warp per 32-column group, a lane per column: the same values, also split for the products
-    const int64_t gi = int64_t(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
-    if (gi < n / 32) {
+    const int64_t g0 = int64_t(blockIdx.x) * groups_per_block, g1 = min(g0 + groups_per_block, n / 32);
+    for (int64_t gi = g0 + threadIdx.x / 32; gi < g1; gi += kNormThreads / 32) {
       const int64_t i = gi * 32 + (threadIdx.x & 31);
       const float xv = xr[i], y1 = __fmul_rn(__fmul_rn(xv, scale), w[i]);
       yr[i] = y1;
@@ -72,15 +77,17 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
 __global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int64_t n, int64_t n_rows, uint4* xs,
                                     float* xsum) {
   grid_wait();
-  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (wid >= n_rows * (n / 32)) return;  // whole warps only: the split's shuffles need every lane
-  const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
-  auto at = [&](int64_t j) {  // planted 124: the partials added in reverse order
-    return slices ? slice_sum(gu, slices, n_rows * 2 * n, r * 2 * n + j, TF_DCTL(124)) : gu[r * 2 * n + j];
-  };
-  const float g = at(i), y = swiglu_of(g, at(n + up_index(i, n)));
-  out[r * n + i] = y;
-  split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  // Whole warps only (the split's shuffles need every lane), each over several groups.
+  for (int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; wid < n_rows * (n / 32); wid += warps) {
+    const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
+    auto at = [&](int64_t j) {  // planted 124: the partials added in reverse order
+      return slices ? slice_sum(gu, slices, n_rows * 2 * n, r * 2 * n + j, TF_DCTL(124)) : gu[r * 2 * n + j];
+    };
+    const float g = at(i), y = swiglu_of(g, at(n + up_index(i, n)));
+    out[r * n + i] = y;
+    split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
+  }
 }
 
 // Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation, as rope_store applies them.
@@ -197,10 +204,11 @@ void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float ep
   if (xs && n % 64 != 0) throw std::runtime_error("rmsnorm: a split output needs rows of whole 64-column steps");
   if (xs && x == y) throw std::runtime_error("rmsnorm: a split output needs separate input and output rows");
   upload_control();
-  // With a split output, several blocks per row (each sums the whole row, the same way) take 8 groups each.
-  const unsigned chunks = xs ? unsigned((n / 32 + kNormThreads / 32 - 1) / (kNormThreads / 32)) : 1u;
+  // Split output: few rows spread a row's groups over blocks (each sums the whole row the same way), many take one.
+  const int64_t groups = n / 32, per = n_rows >= kNormRowsOneBlock ? groups : kNormThreads / 32;
+  const unsigned chunks = xs ? unsigned((groups + per - 1) / per) : 1u;
   launch_k(rmsnorm_kernel, dim3(chunks, unsigned(n_rows)), kNormThreads, 0, x, w, n, eps, y, static_cast<uint4*>(xs),
-           xsum);
+           xsum, per);
   check_launch("rmsnorm");
 }
 
@@ -216,8 +224,10 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* 
   upload_control();
   if (xs) {
     if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
-    const int64_t tasks = n_rows * (n / 32);
-    launch_k(swiglu_split_kernel, unsigned((tasks + 3) / 4), 128, 0, parts.p ? parts.p : gu, parts.p ? parts.slices : 0,
+    // A warp a group up to a few waves' worth, then warps take several groups each.
+    static const int64_t cap = device_info(0).sm_count * 16;
+    const int64_t tasks = n_rows * (n / 32), blocks = std::min((tasks + 3) / 4, cap);
+    launch_k(swiglu_split_kernel, unsigned(blocks), 128, 0, parts.p ? parts.p : gu, parts.p ? parts.slices : 0,
              out, n, n_rows, static_cast<uint4*>(xs), xsum);
     check_launch("swiglu_pairs");
     return;
