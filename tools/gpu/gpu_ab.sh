@@ -2,8 +2,9 @@
 # On the GPU machine: the same benchmarks for several builds in one run, so their figures compare (shared machines
 # drift between runs). Builds are .gpubin/NAME.tar.xz from `tools/gpu/pack_bins.sh NAME` here; carry .gpu-deps,
 # .whlg and .gpubin. The first build also runs the CUDA contract. Usage: gpu_ab.sh "NAME1 NAME2 ..." [logs]
-# Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, PP (default 512) and BENCHARGS (e.g.
-# "--depth 4096 --streams 1,32") go to `tensorfold bench`, PROFILE=NAME times every decode kernel of that build.
+# Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, ATTN=1 adds the attention bench, PP (default
+# 512) and BENCHARGS (e.g. "--depth 4096 --streams 1,32") go to `tensorfold bench`, PROFILE=NAME times every decode
+# kernel of that build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAMES=$1
@@ -23,6 +24,10 @@ for v in $NAMES; do
   if [ "${GEMV:-1}" = 1 ]; then
     echo "== weight kernels $v" >> "$L"
     timeout 120 "/tmp/ab/$v/bench_cuda_gemv" 2>&1 | grep -E "\| 1 \||copy" >> "$L"
+  fi
+  if [ "${ATTN:-0}" = 1 ]; then
+    echo "== attention $v" >> "$L"
+    timeout 120 "/tmp/ab/$v/bench_cuda_attention" 2>&1 | grep -E "^\| [dp]" >> "$L"
   fi
   echo "== bench $v" >> "$L"
   timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \

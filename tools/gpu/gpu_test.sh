@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpack the carried packages into a prefix, build the cuda-release preset with every core, run
-# `ctest -L cuda`, the e2e exactness and oracle tests against the CUDA binary, and the GEMV benchmark; logs go to the
-# folder given as argument (default $OUT or ./gpu-logs). The model comes from $TF_MODEL when set.
+# `ctest -L cuda`, the e2e exactness and oracle tests against the CUDA binary, and the GEMV, attention and GEMM
+# benchmarks; logs go to the folder given as argument (default $OUT or ./gpu-logs). The model comes from $TF_MODEL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 LOGS=${1:-${OUT:-gpu-logs}}
@@ -32,5 +32,7 @@ if [ -n "${TF_MODEL:-}" ] && [ -f "$TF_MODEL" ]; then
 fi
 build/cuda-release/tests/bench_cuda_gemv > "$LOGS/bench_cuda_gemv.txt" 2>&1
 tail -12 "$LOGS/bench_cuda_gemv.txt"
+build/cuda-release/tests/bench_cuda_attention > "$LOGS/bench_cuda_attention.txt" 2>&1
+cat "$LOGS/bench_cuda_attention.txt"
 [ "${SKIP_GEMM:-0}" = 1 ] || { build/cuda-release/tests/bench_cuda_gemm > "$LOGS/bench_cuda_gemm.txt" 2>&1; cat "$LOGS/bench_cuda_gemm.txt"; }
 exit $rc

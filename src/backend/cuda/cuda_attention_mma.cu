@@ -494,9 +494,8 @@ std::atomic<int> g_force{-1};
 // A developer's choice for benchmarks (TF_ATTN_BUILD=<index>); the contract's forcing comes first.
 int env_build() {
   static const int b = [] {
-    const char* v = std::getenv("TF_ATTN_BUILD");
-    const int n = v && *v ? std::atoi(v) : -1;
-    return n >= 0 && n < kNumBuilds ? n : -1;
+    const char* v = std::getenv("TF_ATTN_BUILD");  // one digit naming a build, else the shape's own choice
+    return v && v[0] >= '0' && v[0] < '0' + kNumBuilds && v[1] == '\0' ? v[0] - '0' : -1;
   }();
   return b;
 }

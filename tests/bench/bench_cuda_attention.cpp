@@ -1,0 +1,92 @@
+// Benchmark, not a test: the tensor-core attention on the Llama-3-8B shape (32/8 heads of 128), each build and the
+// shape's own choice, for decode rows over a long key table and for 512-row prefill chunks.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "bench_timer.h"
+
+namespace {
+
+using namespace tf;
+
+constexpr int64_t kHeads = 32, kKvHeads = 8, kD = 128, kPage = 16, kMaxKeys = 8192, kSeqs = 32;
+
+template <class T>
+T* upload(const std::vector<T>& h) {
+  auto* p = static_cast<T*>(cuda::device_alloc(h.size() * sizeof(T)));
+  cuda::copy_to_device(p, h.data(), h.size() * sizeof(T));
+  return p;
+}
+
+}  // namespace
+
+int main() {
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // queries
+  const int64_t kv_row = kKvHeads * kD, page_floats = 2 * kPage * kv_row, max_pages = kMaxKeys / kPage;
+  const int64_t n_pages = 2 * max_pages;  // sequences share pages: reads only
+  std::vector<float> pool(size_t(n_pages * page_floats));
+  uint32_t s = 12345;
+  for (auto& v : pool) s = s * 1664525u + 1013904223u, v = float(int32_t(s >> 8) - (1 << 23)) * 0x1.0p-23f;
+  std::vector<int32_t> table(size_t(kSeqs * max_pages));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((int64_t(i) * 7 + 3) % n_pages);  // scattered
+  float* dpool = upload(pool);
+  int32_t* dtable = upload(table);
+  const cuda::PagedKv kv{dpool, page_floats, 0, kPage, kv_row, dtable, max_pages};
+  const int64_t max_rows = 512, qs = kHeads * kD;
+  std::vector<float> q(size_t(max_rows * qs));
+  for (auto& v : q) v = u(rng);
+  float* dq = upload(q);
+  float* dout = static_cast<float*>(cuda::device_alloc(size_t(max_rows * qs) * 4));
+  const int64_t chunk_rows = 32;
+  float* dpart = static_cast<float*>(cuda::device_alloc(cuda::attention_chunk_bytes(chunk_rows, kHeads, kD, kMaxKeys)));
+  const float scale = 0.08838834764831845f;  // 1 / sqrt(128)
+  std::printf("| case | rows | keys (last row) | build | us | useful TFLOP/s |\n| --- | --- | --- | --- | --- | --- |\n");
+  struct Case {
+    const char* name;
+    int64_t rows, seqs, first_pos;
+  };
+  // Decode: one row of each of `seqs` sequences at first_pos; prefill: `rows` consecutive positions of one sequence.
+  const Case cases[] = {{"decode", 1, 1, 63},     {"decode", 1, 1, 4095},      {"decode", 1, 1, 8191},
+                        {"decode", 32, 32, 1023}, {"prefill", 512, 1, 0},      {"prefill", 512, 1, 3584},
+                        {"prefill", 512, 1, 7680}};
+  for (const Case& c : cases) {
+    std::vector<int32_t> pos(size_t(c.rows)), seq(size_t(c.rows));
+    double pairs = 0;  // (row, key) pairs attended, per head
+    for (int64_t r = 0; r < c.rows; ++r) {
+      seq[size_t(r)] = int32_t(c.seqs == 1 ? 0 : r);
+      pos[size_t(r)] = int32_t(c.seqs == 1 ? c.first_pos + r : c.first_pos);
+      pairs += double(pos[size_t(r)]) + 1;
+    }
+    int32_t *dpos = upload(pos), *dseq = upload(seq);
+    const int64_t keys = pos.back() + 1;
+    const cuda::AttnChunks chunks{dpart, chunk_rows, (kMaxKeys + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys,
+                                  keys, c.seqs};
+    for (int b = -1; b < cuda::attention_builds(); ++b) {
+      cuda::attention_force_build(b);
+      const float ms = time_ms(
+          [&] { cuda::attention_mma(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout, nullptr,
+                                    nullptr, chunks); },
+          20);
+      const double flops = 4.0 * pairs * double(kD) * double(kHeads);  // Q K^T and P V
+      std::printf("| %s | %lld | %lld | %s | %.1f | %.1f |\n", c.name, (long long)c.rows, (long long)keys,
+                  cuda::attention_build_name(b), ms * 1e3, flops / (ms * 1e-3) / 1e12);
+    }
+    cuda::attention_force_build(-1);
+    cuda::device_free(dpos);
+    cuda::device_free(dseq);
+  }
+  for (void* p : {static_cast<void*>(dpool), static_cast<void*>(dtable), static_cast<void*>(dq),
+                  static_cast<void*>(dout), static_cast<void*>(dpart)})
+    cuda::device_free(p);
+  return 0;
+}
