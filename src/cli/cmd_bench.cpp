@@ -96,13 +96,15 @@ Runner add_bench(CLI::App& app) {
       if (o->tg < 3) fail("-n {} is too short: the device benchmark leaves its first two tokens out", o->tg);
       if (o->pp_list.empty() && o->pp > kCudaMaxContext)
         fail("-p {}: a prompt must fit the CUDA context limit of {}", o->pp, kCudaMaxContext);
+      if (o->tg + 1 > kCudaMaxContext)  // the decode run holds a slot past its last token
+        fail("-n {}: the decode run must fit the CUDA context limit of {}", o->tg, kCudaMaxContext);
     };
     if (o->backend == "cuda") device_checks();
     const bool depth_given = !o->depths.empty();
     if (depth_given)
       for (int32_t v : bench_list(o->depths, "--depth", "--depth length")) {
-        if (v + o->tg > kCudaMaxContext)
-          fail("--depth {}: depth + -n {} must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
+        if (v + o->tg + 1 > kCudaMaxContext)  // as the decode run: a slot past its last token
+          fail("--depth {}: depth + -n {} + 1 must fit the CUDA context limit of {}", v, o->tg, kCudaMaxContext);
         d.depths.push_back(v);
       }
     d.pp = {o->pp};

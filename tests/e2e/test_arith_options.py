@@ -1,4 +1,6 @@
 """tools/oracle/arith_options.py: its roundings against ml_dtypes and numpy, and llama_ref's hook at the products."""
+import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,11 +36,25 @@ def test_hi_lo_keeps_about_16_bits():
     assert np.all(np.abs(got - v)[normal] <= 2.0 ** -16 * np.abs(v)[normal])
 
 
-def test_fp16_and_q8_blocks():
-    v = edge_values()
-    with np.errstate(over="ignore"):  # past 65504 both give infinity
-        assert np.array_equal(arith_options.fp16(v), v.astype(np.float16).astype(np.float64))
-    v = v[:4096]
+def half(x):
+    """CPython's own IEEE half packing (nearest even), an independent oracle; past the range it is infinite."""
+    try:
+        return struct.unpack("<e", struct.pack("<e", x))[0]
+    except OverflowError:
+        return float("inf") if x > 0 else float("-inf")
+
+
+def test_fp16_is_round_to_nearest_even_through_float32():
+    ties = [1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65504.0, 65519.0, 65520.0, -65520.0, 2.0 ** -25, 3 * 2.0 ** -25]
+    v = np.concatenate([edge_values(), ties])
+    want = np.array([half(float(np.float32(x))) for x in v])
+    assert np.array_equal(arith_options.fp16(v), want)
+    # Rounded twice, as a float32 kernel would: 1 + 2^-11 + 2^-40 is a tie in float32 and goes to 1.0.
+    assert arith_options.fp16(np.array([1 + 2.0 ** -11 + 2.0 ** -40]))[0] == 1.0
+
+
+def test_q8_blocks():
+    v = edge_values()[:4096]
     x = v.reshape(4, 1024)
     got = arith_options.q8_blocks(x).reshape(4, 32, 32)
     s = np.abs(x.reshape(4, 32, 32)).max(axis=-1, keepdims=True).astype(np.float32).astype(np.float64) / 127.0
@@ -59,5 +75,18 @@ def test_hook_rounds_each_product_input_once(model_path):
     h = llama_ref.hidden(m, ids, rnd=record)
     t, d, f, a = len(ids), m.n_embd, m.n_ff, m.n_head * m.head_dim
     assert seen == [(t, d), (t, a), (t, d), (t, f)] * m.n_layer
-    assert np.array_equal(h, llama_ref.hidden(m, ids))
     assert not np.array_equal(llama_ref.hidden(m, ids, rnd=arith_options.bf16), h)
+    # greedy and forward also round the output product's input: the prompt, then each next token.
+    seen.clear()
+    llama_ref.greedy(m, ids, 2, rnd=record)
+    layers = lambda n: [(n, d), (n, a), (n, d), (n, f)] * m.n_layer  # noqa: E731
+    assert seen == layers(t) + [(1, d)] + layers(1) + [(1, d)]
+    seen.clear()
+    llama_ref.forward(m, ids, rnd=record)
+    assert seen == layers(t) + [(t, d)]
+
+
+def test_greedy_below_one_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "oracle" / "arith_options.py"),
+                           str(tmp_path / "absent.gguf"), "--greedy", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--greedy 0: at least one greedy token is needed" in proc.stderr, proc.stderr

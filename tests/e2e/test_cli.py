@@ -185,7 +185,7 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
 
 
 @pytest.mark.parametrize("args,named", [(["--depth=-1"], "'-1' is not a --depth length"),
-                                        (["--depth", "49100", "-n", "128"], "--depth 49100: depth + -n 128 must fit"),
+                                        (["--depth", "49100", "-n", "128"], "--depth 49100: depth + -n 128 + 1 must fit"),
                                         (["--depth", "4x"], "'4x' is not a --depth length"),
                                         (["--depth", ","], "--depth ',' lists no value"),
                                         (["--depth", "0"], "--depth 0: every entry must be at least 1"),
@@ -199,7 +199,9 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
                                         (["--n-gen=-4"], "-n -4: generation needs at least one token"),
                                         (["-r", "0"], "-r 0: at least one repetition is needed"),
                                         (["--backend", "cuda", "-n", "2"], "-n 2 is too short: the device benchmark"),
-                                        (["--backend", "cuda", "-p", "60000"], "-p 60000: a prompt must fit the CUDA")])
+                                        (["--backend", "cuda", "-p", "60000"], "-p 60000: a prompt must fit the CUDA"),
+                                        (["--backend", "cuda", "-n", "49152"], "-n 49152: the decode run must fit"),
+                                        (["--depth", "49024", "-n", "128"], "--depth 49024: depth + -n 128 + 1")])
 def test_bench_refuses_a_bad_device_option_before_loading(tf_bin, tmp_path, args, named):
     # The model file does not exist: the option must be refused before anything is loaded.
     proc = tf(tf_bin, "bench", str(tmp_path / "absent.gguf"), *args, timeout=60)

@@ -72,19 +72,19 @@ TEST(ChatFormat, ChatMLWithTheTemplatesDefaultSystemTurn) {
       "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
   ChatFormat f = ChatFormat::from_template(tmpl);
   EXPECT_STREQ(f.name(), "chatml");
-  EXPECT_EQ(f.render({{"user", "Hi"}}, true),
+  EXPECT_EQ(f.render({{"user", "Hi", ""}}, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(f.render({{"system", "S"}, {"user", "Hi"}}, false),
+  EXPECT_EQ(f.render({{"system", "S", ""}, {"user", "Hi", ""}}, false),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
 TEST(ChatFormat, Llama3AndDeepSeekAndRefusal) {
   ChatFormat l = ChatFormat::from_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}");
-  EXPECT_EQ(l.render({{"user", "Hi"}}, true),
+  EXPECT_EQ(l.render({{"user", "Hi", ""}}, true),
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   ChatFormat d = ChatFormat::from_template("{{'<｜User｜>' + message['content']}}");
-  EXPECT_EQ(d.render({{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, false),
+  EXPECT_EQ(d.render({{"system", "S", ""}, {"user", "Hi", ""}, {"assistant", "Yo", ""}}, false),
             "S<｜User｜>Hi<｜Assistant｜>Yo<｜end▁of▁sentence｜>");
   try {
     ChatFormat::from_template("{{ messages | something_else }}");

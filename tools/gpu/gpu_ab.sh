@@ -27,7 +27,11 @@ for v in $NAMES; do
   fi
   if [ "${ATTN:-0}" = 1 ]; then
     echo "== attention $v" >> "$L"
-    timeout 120 "/tmp/ab/$v/bench_cuda_attention" 2>&1 | grep -E "^\| [dp]" >> "$L"
+    if [ -x "/tmp/ab/$v/bench_cuda_attention" ]; then
+      timeout 120 "/tmp/ab/$v/bench_cuda_attention" 2>&1 | grep -E "^\| [dp]" >> "$L"
+    else
+      echo "(this pack has no bench_cuda_attention)" >> "$L"
+    fi
   fi
   echo "== bench $v" >> "$L"
   timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \

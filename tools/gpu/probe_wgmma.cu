@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "../../src/backend/cuda/wgmma_ops.cuh"
+
 namespace {
 
 __device__ uint64_t mix(uint64_t z) {
@@ -81,20 +83,12 @@ __device__ void wgmma_n<32>(float (&w)[16], const uint32_t (&a)[4], uint64_t des
       : "memory");
 }
 
+// m64n64 is the kernel's own wrapper (compile-time scale-d), so the probe checks the instruction it issues.
 template <>
 __device__ void wgmma_n<64>(float (&w)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%"
-      "30,%31}, "
-      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(w[0]), "+f"(w[1]), "+f"(w[2]), "+f"(w[3]), "+f"(w[4]), "+f"(w[5]), "+f"(w[6]), "+f"(w[7]), "+f"(w[8]),
-        "+f"(w[9]), "+f"(w[10]), "+f"(w[11]), "+f"(w[12]), "+f"(w[13]), "+f"(w[14]), "+f"(w[15]), "+f"(w[16]),
-        "+f"(w[17]), "+f"(w[18]), "+f"(w[19]), "+f"(w[20]), "+f"(w[21]), "+f"(w[22]), "+f"(w[23]), "+f"(w[24]),
-        "+f"(w[25]), "+f"(w[26]), "+f"(w[27]), "+f"(w[28]), "+f"(w[29]), "+f"(w[30]), "+f"(w[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc)
-      : "memory");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  acc ? tf::cuda::wgmma_m64n64<1>(w, a, desc) : tf::cuda::wgmma_m64n64<0>(w, a, desc);
+#endif
 }
 
 // One warpgroup; per trial each warp's 16 rows of A, the shared 16 x N B and every accumulator are drawn afresh.

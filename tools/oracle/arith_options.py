@@ -37,13 +37,14 @@ def hi_lo(x):
 
 
 def fp16(x):
+    """Round to float16 (nearest even), through float32 as the kernels hold activations."""
     with np.errstate(over="ignore"):  # past 65504 a half is infinite, as the kernels would make it
-        return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float64)
 
 
 def q8_blocks(x):
     """int8 per 32 values with a float32 scale max|x| / 127, as llama.cpp's q8_1 activations."""
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float32).astype(np.float64)  # float32 activations, as llama.cpp holds them
     b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
     s = np.abs(b).max(axis=-1, keepdims=True).astype(np.float32).astype(np.float64) / 127.0
     q = np.where(s > 0, np.rint(b / np.where(s > 0, s, 1.0)), 0.0)
@@ -71,8 +72,8 @@ def study(m, prompts, n_greedy):
     for name, ids in prompts.items():
         gen = llama_ref.greedy(m, ids, n_greedy)
         seq = ids + gen[:-1]
-        h = llama_ref.hidden(m, seq)
-        exact[name] = (gen, seq, h @ m.w_out.T, llama_ref.cond_term(m, h))
+        ref, h = llama_ref.forward(m, seq)
+        exact[name] = (gen, seq, ref, llama_ref.cond_term(m, h))
     rows = []
     for label, rnd, wt in OPTIONS:
         mm = wt(m) if wt else m
@@ -81,8 +82,7 @@ def study(m, prompts, n_greedy):
         first = []
         for name, ids in prompts.items():
             gen, seq, ref, cond = exact[name]
-            h = llama_ref.hidden(mm, seq, rnd=rnd)
-            got = rnd(h) @ mm.w_out.T
+            got, _ = llama_ref.forward(mm, seq, rnd=rnd)
             err = np.abs(got - ref)
             worst_abs = max(worst_abs, float(err.max()))
             worst_rel = max(worst_rel, float((err / cond).max()))
@@ -98,9 +98,11 @@ def study(m, prompts, n_greedy):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
-    ap.add_argument("--greedy", type=int, default=64)
+    ap.add_argument("--greedy", type=int, default=64, help="greedy tokens per prompt (at least 1)")
     ap.add_argument("--tokenizer", default=str(REPO_ROOT / "tests" / "fixtures" / "smollm2" / "tokenizer.json"))
     a = ap.parse_args(argv)
+    if a.greedy < 1:
+        ap.error(f"--greedy {a.greedy}: at least one greedy token is needed")
     from tokenizers import Tokenizer
     sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
     from test_llama_oracle import PROMPTS, prompt_ids  # noqa: E402  the oracle test's prompts

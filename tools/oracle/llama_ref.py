@@ -241,10 +241,11 @@ def hidden(m, ids, cache=None, rnd=None):
     return rms_norm(x, m.out_norm, m.rms_eps)
 
 
-def forward(m, ids):
-    """Teacher-forced (logits [T, vocab], h [T, n_embd]) in float64 over all positions of a fresh sequence."""
-    h = hidden(m, ids)
-    return h @ m.w_out.T, h
+def forward(m, ids, rnd=None):
+    """Teacher-forced (logits [T, vocab], h [T, n_embd]) in float64 over all positions of a fresh sequence; rnd as
+    in hidden, the output product's input included."""
+    h = hidden(m, ids, rnd=rnd)
+    return (rnd(h) if rnd else h) @ m.w_out.T, h
 
 
 def logits(m, ids):

@@ -3,11 +3,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
@@ -513,6 +515,12 @@ void launch_build(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, c
            n_kv_head, scale, out, xs, xsum, part);
 }
 
+// Build b's launcher at index b, straight from kBuilds.
+template <int D, size_t... I>
+constexpr std::array<decltype(&launch_build<D, 1, 1>), kNumBuilds> build_table(std::index_sequence<I...>) {
+  return {launch_build<D, kBuilds[I].blocks, kBuilds[I].tiles>...};
+}
+
 }  // namespace
 
 int attention_builds() { return kNumBuilds; }
@@ -552,15 +560,10 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   auto go = [&](auto launch) {
     launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part);
   };
-  if (head_dim == 64) {
-    const decltype(&launch_build<64, 1, 1>) l64[] = {launch_build<64, 1, 1>, launch_build<64, 2, 1>,
-                                                     launch_build<64, 2, 2>};
-    go(l64[b]);
-  } else {
-    const decltype(&launch_build<128, 1, 1>) l128[] = {launch_build<128, 1, 1>, launch_build<128, 2, 1>,
-                                                       launch_build<128, 2, 2>};
-    go(l128[b]);
-  }
+  if (head_dim == 64)
+    go(build_table<64>(std::make_index_sequence<kNumBuilds>{})[size_t(b)]);
+  else
+    go(build_table<128>(std::make_index_sequence<kNumBuilds>{})[size_t(b)]);
   if (parallel) {
     const int64_t warps = n_rows * n_head * (head_dim / 32);
     const unsigned blocks = unsigned((warps + 3) / 4);

@@ -82,15 +82,17 @@ void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
 int mma_wgmma_mode() { return g_wgmma.load(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
+bool mma_wgmma_device() {
+  static const DeviceInfo dev = device_info(0);
+  return dev.major == 9 && dev.minor == 0;  // the sm_90a code runs on compute capability 9.0 only
+}
 
 namespace {
 
 // Whether this product runs on warpgroup mma: asked once per call, for both the scratch and the dispatch.
 bool wgmma_wanted(int64_t n_rows) {
   const int mode = g_wgmma.load();
-  if (n_rows <= kMmaSplitRows || mode == 0) return false;
-  static const DeviceInfo dev = device_info(0);
-  return dev.major == 9 && dev.minor == 0;  // the sm_90a code runs on compute capability 9.0 only
+  return n_rows > kMmaSplitRows && mode != 0 && mma_wgmma_device();
 }
 
 size_t scratch_bytes(const DeviceMatrix& w, int64_t n_rows, bool wg) {

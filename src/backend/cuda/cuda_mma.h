@@ -21,5 +21,6 @@ int64_t mma_split_rows();
 void mma_set_wgmma(int mode);
 int mma_wgmma_mode();
 int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this process
+bool mma_wgmma_device();       // whether this device runs the warpgroup-mma build
 
 }  // namespace tf::cuda
