@@ -372,9 +372,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
               float v[4];
               bool bad[4];
 #pragma unroll
-              for (int i = 0; i < 4; ++i) {  // non-finite values enter as 0; rows whose keys hold one become NaN below
+              for (int i = 0; i < 4; ++i) {  // values past bf16 enter as 0; rows whose keys hold one become NaN below
                 v[i] = vv[dd][i];
-                bad[i] = !isfinite(v[i]);
+                bad[i] = !isfinite(__bfloat162float(__float2bfloat16_rn(v[i])));
                 if (bad[i]) v[i] = 0.0f;
               }
               bf16_split2(v[0], v[1], vs[dd][0], vs[dd][1]);

@@ -70,7 +70,8 @@ std::vector<KernelRecord> make_records() {
        "sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
        "chunks, a block each, then the combine); a 37-row prefill chunk (chunks walked in one block) with another "
-       "sequence's rows inside; a NaN value inside the chunk (rows before it stay finite); every row against itself "
+       "sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk (rows before it stay "
+       "finite, rows after it NaN); every row against itself "
        "alone; each case on every build (one tile a block at one or two blocks an SM, two tiles a block) on every "
        "path",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
