@@ -1,12 +1,9 @@
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_ctl.cuh"
-#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_split.cuh"
@@ -28,7 +25,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
                                int64_t groups_per_block) {
   grid_wait();
   __shared__ double part[kNormThreads];
-  const int64_t row = blockIdx.y;  // blockIdx.x: which 8 groups of the split output (every block sums the whole row)
+  const int64_t row = blockIdx.y;  // blockIdx.x: which groups of the split output (every block sums the whole row)
   const float* xr = x + row * n;
   float* yr = y + row * n;
   double ss = 0;
@@ -77,17 +74,15 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
 __global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int64_t n, int64_t n_rows, uint4* xs,
                                     float* xsum) {
   grid_wait();
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-  // Whole warps only (the split's shuffles need every lane), each over several groups.
-  for (int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; wid < n_rows * (n / 32); wid += warps) {
-    const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
-    auto at = [&](int64_t j) {  // planted 124: the partials added in reverse order
-      return slices ? slice_sum(gu, slices, n_rows * 2 * n, r * 2 * n + j, TF_DCTL(124)) : gu[r * 2 * n + j];
-    };
-    const float g = at(i), y = swiglu_of(g, at(n + up_index(i, n)));
-    out[r * n + i] = y;
-    split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
-  }
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (wid >= n_rows * (n / 32)) return;  // whole warps only: the split's shuffles need every lane
+  const int64_t r = wid / (n / 32), gi = wid % (n / 32), i = gi * 32 + (threadIdx.x & 31);
+  auto at = [&](int64_t j) {  // planted 124: the partials added in reverse order
+    return slices ? slice_sum(gu, slices, n_rows * 2 * n, r * 2 * n + j, TF_DCTL(124)) : gu[r * 2 * n + j];
+  };
+  const float g = at(i), y = swiglu_of(g, at(n + up_index(i, n)));
+  out[r * n + i] = y;
+  split_group_warp(TF_DCTL(123) ? g : y, r, gi, n, xs, xsum);  // planted: the split taken from the gate
 }
 
 // Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation, as rope_store applies them.
@@ -224,10 +219,8 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int64_t n, float* out, void* 
   upload_control();
   if (xs) {
     if (n % 64 != 0) throw std::runtime_error("swiglu: a split output needs rows of whole 64-column steps");
-    // A warp a group up to a few waves' worth, then warps take several groups each.
-    static const int64_t cap = device_info(0).sm_count * 16;
-    const int64_t tasks = n_rows * (n / 32), blocks = std::min((tasks + 3) / 4, cap);
-    launch_k(swiglu_split_kernel, unsigned(blocks), 128, 0, parts.p ? parts.p : gu, parts.p ? parts.slices : 0,
+    const int64_t tasks = n_rows * (n / 32);
+    launch_k(swiglu_split_kernel, unsigned((tasks + 3) / 4), 128, 0, parts.p ? parts.p : gu, parts.p ? parts.slices : 0,
              out, n, n_rows, static_cast<uint4*>(xs), xsum);
     check_launch("swiglu_pairs");
     return;
