@@ -154,9 +154,29 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int64_t c = c_first; c < c_end; ++c) {
       const int64_t kb = c * kChunkKeys;
       const int n_tiles = n_keys > kb ? int((min(kChunkKeys, n_keys - kb) + 7) / 8) : 0;
+      // This warp's columns of block w's values (0 past the last key), loaded a block ahead where registers allow.
+      auto load_v = [&](int w, float(&vv)[2][kDn][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          // Pages hold whole 16-key groups (the launcher checks): one page lookup for the step's 16 keys.
+          const int64_t jb = kb + 32 * w + 16 * kk;
+          const float* vb = kv_row_of(kv, seq, jb < n_keys ? jb : 0, true) + int64_t(kvh_read) * D;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int64_t j = jb + 2 * t + (i & 1) + 8 * (i >> 1);
+            const float* vr = vb + (j - jb) * kv.kv_row;
+#pragma unroll
+            for (int dd = 0; dd < kDn; ++dd) vv[kk][dd][i] = j < n_keys ? vr[(warp * kDn + dd) * 8 + g] : 0.0f;
+          }
+        }
+      };
+      constexpr bool kAhead = T > 1 || kMinBlocks == 1;  // not the register-capped one-tile build (it would spill)
+      constexpr bool kEarlyV = kMinBlocks == 1;  // room to hold the first values through Q K^T and the softmax
+      float vnext[2][kDn][4];
+      if (kAhead && kEarlyV && kb < n_keys) load_v(0, vnext);
       // Q K^T by 8-key tile, none past the last key (the softmax masks those slots whatever they hold).
-      // Several tiles a block: two key tiles loaded together, so each warp waits on memory half as often.
-      constexpr int kP = T > 1 ? 2 : 1;
+      // Two key tiles loaded together (not in the register-capped one-tile build): half the waits on memory.
+      constexpr int kP = (T > 1 || kMinBlocks == 1) ? 2 : 1;
       for (int i0 = warp; i0 < n_tiles; i0 += kP * kWarps) {
         float2 ka[kP][D / 16], kc[kP][D / 16];
 #pragma unroll
@@ -286,25 +306,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       __syncthreads();
       float acc[T][kDn][4] = {};  // every element is set by its lead block first
-      // This warp's columns of block w's values (0 past the last key); several tiles a block load them a block ahead.
-      auto load_v = [&](int w, float(&vv)[2][kDn][4]) {
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          // Pages hold whole 16-key groups (the launcher checks): one page lookup for the step's 16 keys.
-          const int64_t jb = kb + 32 * w + 16 * kk;
-          const float* vb = kv_row_of(kv, seq, jb < n_keys ? jb : 0, true) + int64_t(kvh_read) * D;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int64_t j = jb + 2 * t + (i & 1) + 8 * (i >> 1);
-            const float* vr = vb + (j - jb) * kv.kv_row;
-#pragma unroll
-            for (int dd = 0; dd < kDn; ++dd) vv[kk][dd][i] = j < n_keys ? vr[(warp * kDn + dd) * 8 + g] : 0.0f;
-          }
-        }
-      };
-      constexpr bool kAhead = T > 1;
-      float vnext[2][kDn][4];
-      if (kAhead && kb < n_keys) load_v(0, vnext);
+      if (kAhead && !kEarlyV && kb < n_keys) load_v(0, vnext);
 #pragma unroll 1
       for (int w = 0; w < kWarps; ++w) {
         float vcur[2][kDn][4];
