@@ -85,8 +85,10 @@ TEST(CudaModel, GreedyMatchesCpuForAtLeast32Tokens) {
 TEST(CudaModel, BatchedRowsEqualSoloRowsBitForBit) {
   ThreadPool pool(0);
   LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  // Pages of 16 tokens, the smallest the tensor-core attention walks (RefusesWhatItCannotRun checks 8).
   EXPECT_EQ(batched_rows_differ(*m.model,
-                                {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}}),
+                                {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}},
+                                16),
             "");
 }
 
@@ -136,6 +138,12 @@ TEST(CudaModel, RefusesWhatItCannotRun) {
     const std::string what = e.what();
     EXPECT_NE(what.find("KV pool"), std::string::npos) << what;
     EXPECT_NE(what.find("--parallel"), std::string::npos) << what;
+  }
+  try {  // pages the attention cannot take in 16-key steps: refused naming the page size, before any allocation
+    m.model->bind_kv(64, 8);
+    ADD_FAILURE() << "KV pages of 8 tokens were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV pages of 8 tokens"), std::string::npos) << e.what();
   }
 }
 

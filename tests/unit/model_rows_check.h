@@ -10,10 +10,11 @@ namespace tf {
 
 // Rows of several sequences sharing one forward (prefill chunks and decode rows mixed, pages handed out in an
 // interleaved order) against each sequence run alone one token at a time; "" when every row is bit-identical.
-inline std::string batched_rows_differ(Model& m, const std::vector<std::vector<int32_t>>& prompts) {
+inline std::string batched_rows_differ(Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                                      int64_t page_size = 8) {
   const int64_t V = m.info().n_vocab;
-  KvCache kv(64, 8, 0);
-  m.bind_kv(64, 8);
+  KvCache kv(64, page_size, 0);
+  m.bind_kv(64, page_size);
   std::vector<KvLease> leases;
   std::vector<BatchRow> rows;
   for (size_t s = 0; s < prompts.size(); ++s) leases.push_back(*kv.acquire({}, 16));
