@@ -57,8 +57,8 @@ std::string check_split_output(const float* dq, int64_t qs, int64_t rows, const 
 // `mma`: the tensor-core kernel, checked against its own derived bound; else the warp-parallel one.
 std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, bool mma,
                        const std::vector<int32_t>& pos, const std::vector<int32_t>& seq, int64_t nan_key = -1,
-                       float bad_value = NAN) {
-  const int64_t P = 16, kvr = nkv * hd, max_keys = 2000, max_pages = (max_keys + 1 + P) / P, n_seq = 2;
+                       float bad_value = NAN, int64_t P = 16) {
+  const int64_t kvr = nkv * hd, max_keys = 2000, max_pages = (max_keys + 1 + P) / P, n_seq = 2;
   const int64_t page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
   auto pool = random_floats(size_t(n_pages * page_floats), rng);
   std::vector<int32_t> table(size_t(n_seq * max_pages));
@@ -171,7 +171,7 @@ std::string check_cuda_attention() {
 // inside and after it: every row must equal the row computed alone.
 std::string check_cuda_attention_mma() {
   try {  // pages that split a 16-key group are refused before any launch
-    cuda::attention_mma(nullptr, 0, 1, nullptr, nullptr, cuda::PagedKv{nullptr, 0, 0, 8, 1024, nullptr, 1}, 32, 8, 128,
+    cuda::attention_mma(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{nullptr, 0, 0, 8, 1024, nullptr, 1}, 32, 8, 128,
                         1.0f, nullptr);
     return "KV pages of 8 tokens were not refused";
   } catch (const std::runtime_error&) {
@@ -189,7 +189,10 @@ std::string check_cuda_attention_mma() {
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq, 520); !why.empty()) return why;  // a NaN value
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq, 520, 3.4e38f); !why.empty()) return why;  // past bf16
   if (auto why = check_case(64, 4, 4, rng, true, pos, seq); !why.empty()) return why;         // one head per KV head
-  return check_case(128, 16, 1, rng, true, pos, seq);                                         // sixteen
+  if (auto why = check_case(128, 16, 1, rng, true, pos, seq); !why.empty()) return why;       // sixteen
+  // The engine's 32-token pages and 48-token ones: 16-key steps that start inside a page.
+  if (auto why = check_case(128, 32, 8, rng, true, pos, seq, -1, NAN, 32); !why.empty()) return why;
+  return check_case(64, 9, 3, rng, true, pos, seq, -1, NAN, 48);
 }
 
 }  // namespace tf::contract

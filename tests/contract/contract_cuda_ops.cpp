@@ -23,13 +23,13 @@ struct DevVec {
   }
 };
 
-// A producer's split output for many rows (each row's groups in one block or one warp's loop) against each row's own
-// call (groups spread over blocks and warps): output, hi|lo split and group sums bit for bit.
+// Many rows' split output (a row's groups in one block) against each row's own call (spread over blocks), bitwise.
 template <class Run>
 std::string same_rows_split(const char* what, int64_t rows, int64_t n, Run run) {
   DevVec y{std::vector<float>(size_t(rows * n))}, xs{std::vector<float>(size_t(rows * n))},
       xsum{std::vector<float>(size_t(rows * n / 32))};
-  DevVec y1{std::vector<float>(size_t(n))}, xs1{std::vector<float>(size_t(n))}, xsum1{std::vector<float>(size_t(n / 32))};
+  DevVec y1{std::vector<float>(size_t(n))}, xs1{std::vector<float>(size_t(n))},
+      xsum1{std::vector<float>(size_t(n / 32))};
   run(0, rows, y.p, xs.p, xsum.p);
   const auto Y = y.get(), XS = xs.get(), XSUM = xsum.get();
   for (int64_t r = 0; r < rows; ++r) {
@@ -111,7 +111,7 @@ std::string check_cuda_swiglu() {
       }
     }
   }
-  // With a split output, more groups than a wave of warps: each warp takes several, rows alone take one each.
+  // A split output of more rows and groups than one wave of warps holds, against each row alone.
   const int64_t n = 14336, rows = 80;
   DevVec dgu(random_floats(size_t(rows * 2 * n), rng, 3.0f));
   return same_rows_split("swiglu_pairs", rows, n, [&](int64_t r0, int64_t k, float* y, float* xs, float* xsum) {

@@ -86,9 +86,8 @@ TEST(CudaModel, BatchedRowsEqualSoloRowsBitForBit) {
   ThreadPool pool(0);
   LoadedModel m = load_model(model_path(), pool, "", "cuda");
   // Pages of 16 tokens, the smallest the tensor-core attention walks (RefusesWhatItCannotRun checks 8).
-  EXPECT_EQ(batched_rows_differ(*m.model,
-                                {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}},
-                                16),
+  EXPECT_EQ(batched_rows_differ(
+                *m.model, {{1, 9690, 198, 2683, 359, 253, 5356}, {504, 3458, 282, 4649, 314}, {22, 23, 24}, {7}}, 16),
             "");
 }
 

@@ -11,7 +11,7 @@ namespace tf {
 // Rows of several sequences sharing one forward (prefill chunks and decode rows mixed, pages handed out in an
 // interleaved order) against each sequence run alone one token at a time; "" when every row is bit-identical.
 inline std::string batched_rows_differ(Model& m, const std::vector<std::vector<int32_t>>& prompts,
-                                      int64_t page_size = 8) {
+                                       int64_t page_size = 8) {
   const int64_t V = m.info().n_vocab;
   KvCache kv(64, page_size, 0);
   m.bind_kv(64, page_size);

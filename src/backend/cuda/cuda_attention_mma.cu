@@ -170,13 +170,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
         }
       };
-      constexpr bool kAhead = T > 1 || kMinBlocks == 1;  // not the register-capped one-tile build (it would spill)
-      constexpr bool kEarlyV = kMinBlocks == 1;  // room to hold the first values through Q K^T and the softmax
+      constexpr bool kAhead = T > 1 || kMinBlocks == 1;  // loads ahead: not in the register-capped one-tile build
+      constexpr bool kEarlyV = kMinBlocks == 1;          // room to hold the first values through Q K^T and the softmax
       float vnext[2][kDn][4];
       if (kAhead && kEarlyV && kb < n_keys) load_v(0, vnext);
-      // Q K^T by 8-key tile, none past the last key (the softmax masks those slots whatever they hold).
-      // Two key tiles loaded together (not in the register-capped one-tile build): half the waits on memory.
-      constexpr int kP = (T > 1 || kMinBlocks == 1) ? 2 : 1;
+      // Q K^T by 8-key tile, none past the last key (the softmax masks those slots); two tiles loaded together.
+      constexpr int kP = kAhead ? 2 : 1;
       for (int i0 = warp; i0 < n_tiles; i0 += kP * kWarps) {
         float2 ka[kP][D / 16], kc[kP][D / 16];
 #pragma unroll
@@ -287,8 +286,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             S.m[warp][mt * 16 + g + 8 * hr] = mrun[hr], S.l[warp][mt * 16 + g + 8 * hr] = lrun[hr];
       }
       __syncthreads();
-      // The blocks that saw an unmasked key of the row merge in block order (a chunk no block reached is not used):
-      // M = max m_w, L = sum l_w f_w, O = sum o_w f_w, f_w = exp(m_w - M). A block's part depends on the row alone.
+      // Blocks that saw a key of the row merge in order: M = max m_w, L = sum l_w f_w, f_w = exp(m_w - M), O alike.
       if (threadIdx.x < 16 * T) {
         const int m = threadIdx.x;
         float M = -INFINITY, L = 0.0f;

@@ -200,7 +200,7 @@ void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float ep
   if (xs && x == y) throw std::runtime_error("rmsnorm: a split output needs separate input and output rows");
   upload_control();
   // Split output: few rows spread a row's groups over blocks (each sums the whole row the same way), many take one.
-  const int64_t groups = n / 32, per = n_rows >= kNormRowsOneBlock ? groups : kNormThreads / 32;
+  const int64_t groups = n / 32, per = n_rows >= kNormRowsOneBlock && groups > 0 ? groups : kNormThreads / 32;
   const unsigned chunks = xs ? unsigned((groups + per - 1) / per) : 1u;
   launch_k(rmsnorm_kernel, dim3(chunks, unsigned(n_rows)), kNormThreads, 0, x, w, n, eps, y, static_cast<uint4*>(xs),
            xsum, per);

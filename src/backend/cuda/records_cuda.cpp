@@ -44,7 +44,7 @@ std::vector<KernelRecord> make_records() {
                "cuda",
                {"f32"},
                "any n, one block per row",
-               "n 576, 4096, 64; rows 1,3,7",
+               "n 576, 4096, 64; rows 1,3,7; 70 rows with a split output against each row alone",
                "|y - y64| <= 4 * 2^-24 * |y64| + 2^-126",
                {{111, "sum of squares lost"}, {112, "write past the end"}}});
   r.push_back({"swiglu",
@@ -66,12 +66,12 @@ std::vector<KernelRecord> make_records() {
       {"attention_mma",
        "cuda",
        {"f32"},
-       "paged KV, head_dim 64 or 128, up to 16 query heads per KV head, causal over [0, pos], any rows of any "
-       "sequences",
+       "paged KV of pages a multiple of 16 tokens (others refused), head_dim 64 or 128, up to 16 query heads per KV "
+       "head, causal over [0, pos], any rows of any sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
        "chunks, a block each, then the combine); a 37-row prefill chunk (chunks walked in one block) with another "
        "sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk (rows before it stay "
-       "finite, rows after it NaN); every row against itself "
+       "finite, rows after it NaN); pages of 16, 32 and 48 tokens; 8-token pages refused; every row against itself "
        "alone; each case on every build (one tile a block at one or two blocks an SM, two tiles a block) on every "
        "path",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
