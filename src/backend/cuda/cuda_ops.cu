@@ -23,6 +23,9 @@ constexpr int64_t kNormRowsOneBlock = 64;  // a wave of one-block rows: no need 
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum,
                                int64_t groups_per_block) {
+  const int64_t g0 = int64_t(blockIdx.x) * groups_per_block, g1 = min(g0 + groups_per_block, n / 32);
+  const int64_t i0 = (g0 + threadIdx.x / 32) * 32 + (threadIdx.x & 31);
+  const float w0 = xs && i0 < g1 * 32 ? w[i0] : 0.0f;  // the weights are not the previous kernel's: read before waiting
   grid_wait();
   __shared__ double part[kNormThreads];
   const int64_t row = blockIdx.y;  // blockIdx.x: which groups of the split output (every block sums the whole row)
@@ -32,17 +35,22 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   for (int64_t i = threadIdx.x; i < n; i += kNormThreads) ss += double(xr[i]) * double(xr[i]);
   part[threadIdx.x] = ss;
   __syncthreads();
-  for (int s = kNormThreads / 2; s > 0; s >>= 1) {  // fixed tree: the order depends on the block size only
+  for (int s = kNormThreads / 2; s >= 32; s >>= 1) {  // fixed tree: the order depends on the block size only
     if (int(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
     __syncthreads();
   }
+  if (threadIdx.x < 32) {  // the tree's last five steps by shuffles: lane t adds lane t + s, as part[t + s] above
+    double v = part[threadIdx.x];
+    for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
   double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
   const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
   if (xs) {  // a warp per 32-column group, a lane per column: the same values, also split for the products
-    const int64_t g0 = int64_t(blockIdx.x) * groups_per_block, g1 = min(g0 + groups_per_block, n / 32);
     for (int64_t gi = g0 + threadIdx.x / 32; gi < g1; gi += kNormThreads / 32) {
       const int64_t i = gi * 32 + (threadIdx.x & 31);
-      const float xv = xr[i], y1 = __fmul_rn(__fmul_rn(xv, scale), w[i]);
+      const float xv = xr[i], y1 = __fmul_rn(__fmul_rn(xv, scale), i == i0 ? w0 : w[i]);
       yr[i] = y1;
       split_group_warp(TF_DCTL(113) ? xv : y1, row, gi, n, xs, xsum);  // planted: split of the unnormalised row
     }
