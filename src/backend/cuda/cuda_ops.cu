@@ -98,19 +98,9 @@ __device__ __forceinline__ void rope_pair(int64_t i, int64_t half, bool neox, in
   a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing
 }
-__device__ __forceinline__ float2 rope_rotate(float x0, float x1, const float* cos, const float* sin, int64_t at) {
-  const float c = cos[at], s = TF_DCTL(132) ? -sin[at] : sin[at];  // planted: sin sign flipped
+__device__ __forceinline__ float2 rope_rotate(float x0, float x1, float c, float s) {
+  if (TF_DCTL(132)) s = -s;  // planted: sin sign flipped
   return {__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))};
-}
-// Pair t of a row's heads rotated in place (head t / half).
-__device__ __forceinline__ void rope_in_place(float* row, int64_t t, int64_t half, int64_t head_dim, const float* cos,
-                                              const float* sin, int64_t r, bool neox) {
-  const int64_t i = t % half;
-  float* x = row + (t / half) * head_dim;
-  int64_t a, b;
-  rope_pair(i, half, neox, a, b);
-  const float2 y = rope_rotate(x[a], x[b], cos, sin, r * half + i);
-  x[a] = y.x, x[b] = y.y;
 }
 // Where row r's K lands in its sequence's page (V follows page_size rows later).
 __device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row_seq, int64_t r,
@@ -127,23 +117,30 @@ __global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, Kv
                                   const int32_t* pos, const int32_t* row_seq, const int32_t* page_table,
                                   int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
                                   int64_t page_size, int64_t kv_row) {
-  grid_wait();
   const int64_t r = blockIdx.y, n_kv_head = kv_row / head_dim, tail = head_dim - 2 * half;
   int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // The round's staged positions, pages and angles precede its first kernel: read them before waiting.
+  const bool rot = t < (n_head + n_kv_head) * half;  // a pair of Q or K to rotate: head h, pair i
+  const int64_t tr = t < n_head * half ? t : t - n_head * half, h = rot ? tr / half : 0, i = rot ? tr % half : 0;
+  const float c = rot ? cos[r * half + i] : 0.0f, sn = rot ? sin[r * half + i] : 0.0f;
+  float* kp = t < n_head * half
+                  ? nullptr
+                  : kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+  grid_wait();
   auto in = [&](const KvSource& s, int64_t j) {  // planted 174: the partials added in reverse order
     return s.slices ? slice_sum(s.p, s.slices, n_rows * kv_row, r * kv_row + j, TF_DCTL(174)) : s.p[r * s.stride + j];
   };
-  if (t < n_head * half) {
-    rope_in_place(q + r * q_stride, t, half, head_dim, cos, sin, r, neox);
+  int64_t a, b;
+  rope_pair(i, half, neox, a, b);
+  if (t < n_head * half) {  // Q rotated in place
+    float* x = q + r * q_stride + h * head_dim;
+    const float2 y = rope_rotate(x[a], x[b], c, sn);
+    x[a] = y.x, x[b] = y.y;
     return;
   }
   t -= n_head * half;
-  float* kp = kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
   if (t < n_kv_head * half) {
-    const int64_t h = t / half, i = t % half;
-    int64_t a, b;
-    rope_pair(i, half, neox, a, b);
-    const float2 y = rope_rotate(in(k, h * head_dim + a), in(k, h * head_dim + b), cos, sin, r * half + i);
+    const float2 y = rope_rotate(in(k, h * head_dim + a), in(k, h * head_dim + b), c, sn);
     kp[h * head_dim + a] = y.x, kp[h * head_dim + b] = y.y;
     return;
   }
