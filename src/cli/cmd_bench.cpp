@@ -126,7 +126,7 @@ Runner add_bench(CLI::App& app) {
                                       {"--ubatch", ubatch->count() > 0}})
       if (given && m.backend.name != "cuda") fail("{} is measured by the device benchmark only (--backend cuda)", flag);
     if (m.backend.name == "cuda") {
-      device_checks();
+      if (o->backend != "cuda") device_checks();  // a named cuda backend was checked before the load
       return run_device_bench(m, d);
     }
     const auto& info = m.model->info();

@@ -200,6 +200,7 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
                                         (["-r", "0"], "-r 0: at least one repetition is needed"),
                                         (["--backend", "cuda", "-n", "2"], "-n 2 is too short: the device benchmark"),
                                         (["--backend", "cuda", "-p", "60000"], "-p 60000: a prompt must fit the CUDA"),
+                                        (["--backend", "cuda", "-p", "49153"], "-p 49153: a prompt must fit the CUDA"),
                                         (["--backend", "cuda", "-n", "49152"], "-n 49152: the decode run must fit"),
                                         (["--depth", "49024", "-n", "128"], "--depth 49024: depth + -n 128 + 1")])
 def test_bench_refuses_a_bad_device_option_before_loading(tf_bin, tmp_path, args, named):
