@@ -1,10 +1,9 @@
-"""tools/oracle/arith_options.py: its roundings against ml_dtypes and numpy, and llama_ref's hook at the products."""
+"""tools/oracle/arith_options.py: its roundings against worked values and CPython's half packing, and llama_ref's hook."""
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -20,20 +19,22 @@ def edge_values():
     return v.astype(np.float32).astype(np.float64)
 
 
-def test_bf16_is_round_to_nearest_even():
-    v = edge_values()
-    want = v.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-    assert np.array_equal(arith_options.bf16(v), want)
+def test_bf16_known_roundings():
+    # Worked by hand: bf16 keeps 7 bits after the point; ties go to the even mantissa.
+    x = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, 1 + 2.0 ** -8 + 2.0 ** -30, -3.0])
+    want = np.array([1.0, 1 + 2.0 ** -6, 1 + 2.0 ** -7, 1.0, -3.0])  # the fourth is a tie once rounded to float32
+    assert np.array_equal(arith_options.bf16(x), want)
 
 
 def test_hi_lo_keeps_about_16_bits():
-    v = edge_values()[:-1]  # 3e38's hi rounds to infinity, which the kernels treat apart
-    hi = v.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-    lo = (v.astype(np.float32) - hi.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float64)
+    v = edge_values()
     got = arith_options.hi_lo(v)
-    assert np.array_equal(got, hi + lo)
+    assert np.all(np.isfinite(got))  # 3e38's hi is a finite bf16
     normal = np.abs(v) > 1e-30
     assert np.all(np.abs(got - v)[normal] <= 2.0 ** -16 * np.abs(v)[normal])
+    # Worked by hand: hi 1 + 2^-6 and lo -2^-8 are exact; hi 1 + 2^-7 and lo -2^-8 lose the 2^-20.
+    assert np.array_equal(arith_options.hi_lo(np.array([1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20])),
+                          np.array([1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8]))
 
 
 def half(x):
@@ -76,6 +77,16 @@ def test_hook_rounds_each_product_input_once(model_path):
     t, d, f, a = len(ids), m.n_embd, m.n_ff, m.n_head * m.head_dim
     assert seen == [(t, d), (t, a), (t, d), (t, f)] * m.n_layer
     assert not np.array_equal(llama_ref.hidden(m, ids, rnd=arith_options.bf16), h)
+    # Each site uses what it rounded: zeroing one site's input (first and last layer) changes the hidden state.
+    sites = 4 * m.n_layer
+    for k in (0, 1, 2, 3, sites - 4, sites - 3, sites - 2, sites - 1):
+        calls = []
+
+        def zero_at(v, k=k, calls=calls):
+            calls.append(1)
+            return np.zeros_like(v) if len(calls) - 1 == k else v
+
+        assert not np.array_equal(llama_ref.hidden(m, ids, rnd=zero_at), h), f"site {k} ignores its rounded input"
     # greedy and forward also round the output product's input: the prompt, then each next token.
     seen.clear()
     llama_ref.greedy(m, ids, 2, rnd=record)

@@ -13,36 +13,18 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tools" / "oracle"))
 import llama_ref  # noqa: E402
+from oracle_prompts import N_LOGIT_POS, PROMPTS, prompt_ids  # noqa: E402
 
 TOKENIZER = REPO_ROOT / "tests" / "fixtures" / "smollm2" / "tokenizer.json"
-N_LOGIT_POS = 16
 N_GREEDY = 64
 CHUNK = 5
 EPS32 = 2.0 ** -24
 RUN_TIMEOUT_S = 600
 
-PROMPTS = {
-    "english": "The old lighthouse keeper climbed the spiral stairs every evening, counting each step as the "
-               "waves crashed against the rocks below.",
-    "code": "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n",
-    "chatml": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-              "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-    "numbers": "Prices: 3.14, 27.5, 1024, 65536 and 99.99; the sum of 1234 and 5678 is",
-    "multilingual": "Bonjour, comment ça va? Guten Morgen! ¿Dónde está la biblioteca? 今日はいい天気ですね。",
-}
-
 
 def error_factor(m, n_tok):
     # c = sum of the reduction lengths n along the longest chain of sequential float32 reductions (each adds at most gamma_n ~ n*eps32 relative error, carried to h and then to the logit through S): per block attn_norm, q/k/v, QK^T (head_dim), softmax sum and PV (T each), o-proj, ffn_norm, gate/up (5*n_embd + head_dim + 2T) plus down (n_ff), then output_norm and the output product (2*n_embd).
     return m.n_layer * (5 * m.n_embd + m.head_dim + 2 * n_tok + m.n_ff) + 2 * m.n_embd
-
-
-def prompt_ids(tok, text):
-    ids = tok.encode(text, add_special_tokens=False).ids
-    # Pad short prompts by repeating their own tokens so every prompt has at least N_LOGIT_POS tokens.
-    while len(ids) < N_LOGIT_POS:
-        ids = ids + ids
-    return ids
 
 
 class Oracle:

@@ -3,7 +3,7 @@
 
 Each option rounds the input rows of every weight product (and, for one, the weights) the way a kernel family
 would, then runs llama_ref's float64 forward; attention's own products stay exact. Reported per option, over the
-prompts of tests/e2e/test_llama_oracle.py teacher-forced along the exact greedy continuation: the largest logit
+prompts of tools/oracle/oracle_prompts.py (those of the oracle test) teacher-forced along the exact greedy continuation: the largest logit
 error, that error over the product's conditioning S = sum |w h|, positions whose argmax moves, and where a greedy
 run of its own first leaves the exact one.
 
@@ -14,19 +14,19 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_ref  # noqa: E402
+from oracle_prompts import PROMPTS, prompt_ids  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def bf16(x):
     """Round to bfloat16 (nearest even), through float32 as the kernels hold activations."""
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    return u.view(np.float32).astype(np.float64)
+    return np.asarray(x, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
 def hi_lo(x):
@@ -104,8 +104,6 @@ def main(argv=None):
     if a.greedy < 1:
         ap.error(f"--greedy {a.greedy}: at least one greedy token is needed")
     from tokenizers import Tokenizer
-    sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
-    from test_llama_oracle import PROMPTS, prompt_ids  # noqa: E402  the oracle test's prompts
     tok = Tokenizer.from_file(a.tokenizer)
     prompts = {k: prompt_ids(tok, v) for k, v in PROMPTS.items()}
     m = llama_ref.load(a.model)
