@@ -16,12 +16,7 @@ using namespace tf;
 
 constexpr int64_t kHeads = 32, kKvHeads = 8, kD = 128, kPage = 16, kMaxKeys = 8192, kSeqs = 32;
 
-template <class T>
-T* upload(const std::vector<T>& h) {
-  auto* p = static_cast<T*>(cuda::device_alloc(h.size() * sizeof(T)));
-  cuda::copy_to_device(p, h.data(), h.size() * sizeof(T));
-  return p;
-}
+using cuda::upload;
 
 }  // namespace
 

@@ -10,12 +10,7 @@
 namespace tf::contract {
 namespace {
 
-template <class T>
-T* upload(const std::vector<T>& h) {
-  auto* p = static_cast<T*>(cuda::device_alloc(h.size() * sizeof(T)));
-  cuda::copy_to_device(p, h.data(), h.size() * sizeof(T));
-  return p;
-}
+using cuda::upload;
 
 // The tensor-core kernel writing its output also split: the same output, and an output product whose bits equal
 // those of the product's own split.

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "io/ggml_types.h"
 
@@ -70,5 +71,12 @@ void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void synchronize();
+// A host vector copied into new device memory (freed by device_free).
+template <class T>
+T* upload(const std::vector<T>& h) {
+  auto* p = static_cast<T*>(device_alloc(h.size() * sizeof(T)));
+  copy_to_device(p, h.data(), h.size() * sizeof(T));
+  return p;
+}
 
 }  // namespace tf::cuda
