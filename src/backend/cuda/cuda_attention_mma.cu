@@ -69,7 +69,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
-  grid_wait();
   constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& S = *reinterpret_cast<AttnSmem<D, T>*>(smem_raw);
@@ -83,6 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const int64_t r = row0 + mt * RT + m / G;
     return m < RT * G && r < n_rows && row_seq[r] == seq;
   };
+  bool waited = false;  // staged rows and positions precede the round, so the passes are found before waiting
   for (int first = 0; first < RT * T; ++first) {
     const int64_t fr = row0 + first;
     if (fr >= n_rows) break;
@@ -127,6 +127,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int m = g + 8 * hr;
         lim[mt][hr] = in_pass(mt, m, seq) ? row_keys(pos, row0 + mt * RT + m / G) : 0;
       }
+    if (!waited) grid_wait(), waited = true;  // Q, keys and outputs are the previous kernels'
     if constexpr (T == 1) {
       load_q(0, qh, ql);
     } else {
@@ -539,7 +540,6 @@ constexpr std::array<decltype(&launch_build<D, 1, 1>), kNumBuilds> build_table(s
 int attention_builds() { return kNumBuilds; }
 const char* attention_build_name(int b) { return b >= 0 && b < kNumBuilds ? kBuilds[b].name : "chosen by shape"; }
 void attention_force_build(int b) { g_force.store(b >= 0 && b < kNumBuilds ? b : -1); }
-
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= 16;
 }
