@@ -51,6 +51,22 @@ def q8_blocks(x):
     return (q * s).reshape(x.shape)
 
 
+def fixed_blocks(bits):
+    """Signed fixed point per 32 values with a power-of-two scale (max |x| below 2^(bits-1)): int8 limbs, exact integer mma."""
+    top = 2.0 ** (bits - 1)
+
+    def rnd(x):
+        x = np.asarray(x, dtype=np.float32).astype(np.float64)
+        b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+        mx = np.abs(b).max(axis=-1, keepdims=True)
+        e = np.floor(np.log2(np.where(mx > 0, mx, 1.0)))
+        s = np.exp2(bits - 2 - e)  # max |x| * s < 2^(bits-1)
+        q = np.clip(np.rint(b * s), -top, top - 1)
+        return (q / s).reshape(x.shape)
+
+    return rnd
+
+
 def fp16_weights(m):
     """The model with every product weight rounded to float16 (scales applied in half precision)."""
     layers = [replace(L, wq=fp16(L.wq), wk=fp16(L.wk), wv=fp16(L.wv), wo=fp16(L.wo), w_gate=fp16(L.w_gate),
@@ -63,6 +79,8 @@ OPTIONS = [  # (name, rounding of product inputs, weight transform)
     ("bf16 x (one mma a step)", bf16, None),
     ("fp16 x", fp16, None),
     ("int8 x per 32 (q8_1-like)", q8_blocks, None),
+    ("24-bit fixed-point x per 32 (three int8 limbs)", fixed_blocks(24), None),
+    ("16-bit fixed-point x per 32 (two int8 limbs)", fixed_blocks(16), None),
     ("fp16 x and fp16 weights (Marlin-like)", fp16, fp16_weights),
 ]
 
