@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "base/env_switch.h"
 #include "bench_timer.h"
 
 namespace {
@@ -21,6 +23,10 @@ using cuda::upload;
 }  // namespace
 
 int main() {
+  // The unforced row runs what the launcher picks, which TF_ATTN_BUILD overrides: say so in its label.
+  const int env = tf::env_switch("TF_ATTN_BUILD", cuda::attention_builds(), "an attention build for benchmarks");
+  const std::string unforced =
+      env < 0 ? "chosen by shape" : "TF_ATTN_BUILD=" + std::to_string(env) + ": " + cuda::attention_build_name(env);
   if (cuda::device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
@@ -74,7 +80,7 @@ int main() {
           20);
       const double flops = 4.0 * pairs * double(kD) * double(kHeads);  // Q K^T and P V
       std::printf("| %s | %lld | %lld | %s | %.1f | %.1f |\n", c.name, (long long)c.rows, (long long)keys,
-                  cuda::attention_build_name(b), ms * 1e3, flops / (ms * 1e-3) / 1e12);
+                  b < 0 ? unforced.c_str() : cuda::attention_build_name(b), ms * 1e3, flops / (ms * 1e-3) / 1e12);
     }
     cuda::attention_force_build(-1);
     cuda::device_free(dpos);

@@ -1,5 +1,6 @@
 """End-to-end tests of the tensorfold command line: info, run, and refusal of bad files."""
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -10,9 +11,9 @@ PARAMS = 134_515_008
 PROMPT = "The capital of France is"
 
 
-def tf(tf_bin, *args, timeout=120):
+def tf(tf_bin, *args, timeout=120, env=None):
     return subprocess.run([str(tf_bin), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=None if env is None else {**os.environ, **env})
 
 
 def shown(proc):
@@ -182,6 +183,21 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
     assert proc.returncode != 0 and "head size 48" in proc.stdout + proc.stderr, shown(proc)
     auto = tf(tf_bin, "info", path, "--backend", "auto", timeout=60)
     assert re.search(r"^backend:\s+cpu: CUDA cannot run this model: .*head size 48", auto.stdout, re.M), shown(auto)
+
+
+@pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 2"), ("TF_MMA_SPLIT", "yes", "0 to 1"),
+                                             ("TF_MMA_WGMMA", "off", "0 to 1"), ("TF_CUDA_PDL", "2", "0 to 1")])
+def test_a_bad_cuda_developer_switch_is_refused_by_name(tf_bin, model_path, name, bad, takes):
+    # The CPU backend never reads the CUDA switches; where CUDA runs, cuda and auto both refuse a bad value at startup.
+    cpu = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", "cpu", env={name: bad})
+    assert cpu.returncode == 0, shown(cpu)
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("the refusal needs a CUDA build on a machine with a GPU")
+    for backend in ("cuda", "auto"):
+        proc = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", backend, env={name: bad}, timeout=60)
+        assert proc.returncode != 0 and f"{name}={bad}: takes {takes} or nothing" in proc.stderr, shown(proc)
+    good = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", "cuda", env={name: "0"}, timeout=60)
+    assert good.returncode == 0, shown(good)
 
 
 @pytest.mark.parametrize("args,named", [(["--depth=-1"], "'-1' is not a --depth length"),

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
+#include "base/env_switch.h"
 #include "base/error.h"
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
@@ -157,6 +159,29 @@ TEST(Sampler, CandidatesReportWhenTheFiltersReachPastThem) {
   RowCandidates whole = c;
   whole.complete = true;
   EXPECT_TRUE(candidates_suffice(whole, SamplingParams{1.0, 1000, 1.0, 0.0, 3}));
+}
+
+// Developer switches take "0" .. "n-1" or nothing; anything else is refused by name, never silently ignored.
+TEST(EnvSwitch, TakesItsValuesAndRefusesOthersByName) {
+  const char* name = "TF_TEST_SWITCH_UNIT";
+  unsetenv(name);
+  EXPECT_EQ(env_switch(name, 3, "a test"), -1);
+  setenv(name, "", 1);
+  EXPECT_EQ(env_switch(name, 3, "a test"), -1);
+  for (const char* v : {"0", "1", "2"}) {
+    setenv(name, v, 1);
+    EXPECT_EQ(env_switch(name, 3, "a test"), v[0] - '0');
+  }
+  for (const char* bad : {"3", "-1", "01", "1 ", "on", "x"}) {
+    setenv(name, bad, 1);
+    try {
+      env_switch(name, 3, "a test");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), std::string(name) + "=" + bad + ": takes 0 to 2 or nothing (a test)");
+    }
+  }
+  unsetenv(name);
 }
 
 }  // namespace

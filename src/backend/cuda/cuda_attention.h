@@ -39,6 +39,8 @@ struct AttnChunks {
 size_t attention_chunk_bytes(int64_t max_rows, int64_t n_head, int64_t head_dim, int64_t max_keys);
 // The kernel's builds give the same bits; -1 picks by shape, b forces build b (the contract compares them all).
 int attention_builds();
+// Reads TF_ATTN_BUILD now, so a bad value is refused at startup (tf::Error) rather than at the first launch.
+void attention_read_switches();
 const char* attention_build_name(int b);
 void attention_force_build(int b);
 

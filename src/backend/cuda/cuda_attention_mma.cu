@@ -18,6 +18,7 @@
 #include "backend/cuda/mma_ops.cuh"
 #include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
+#include "base/env_switch.h"
 
 namespace tf::cuda {
 namespace {
@@ -509,10 +510,7 @@ std::atomic<int> g_force{-1};
 
 // A developer's choice for benchmarks (TF_ATTN_BUILD=<index>); the contract's forcing comes first.
 int env_build() {
-  static const int b = [] {
-    const char* v = std::getenv("TF_ATTN_BUILD");  // one digit naming a build, else the shape's own choice
-    return v && v[0] >= '0' && v[0] < '0' + kNumBuilds && v[1] == '\0' ? v[0] - '0' : -1;
-  }();
+  static const int b = env_switch("TF_ATTN_BUILD", kNumBuilds, "an attention build for benchmarks; unset: by shape");
   return b;
 }
 
@@ -538,6 +536,7 @@ constexpr std::array<decltype(&launch_build<D, 1, 1>), kNumBuilds> build_table(s
 }  // namespace
 
 int attention_builds() { return kNumBuilds; }
+void attention_read_switches() { env_build(); }
 const char* attention_build_name(int b) { return b >= 0 && b < kNumBuilds ? kBuilds[b].name : "chosen by shape"; }
 void attention_force_build(int b) { g_force.store(b >= 0 && b < kNumBuilds ? b : -1); }
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {

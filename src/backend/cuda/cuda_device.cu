@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/cuda_stream.cuh"
+#include "base/env_switch.h"
 
 namespace tf::cuda {
 namespace {
@@ -51,11 +54,17 @@ cudaStream_t launch_stream() {
 
 bool pdl_on() {
   static const bool on = [] {
-    const char* v = std::getenv("TF_CUDA_PDL");
+    const int v = env_switch("TF_CUDA_PDL", 2, "0 turns programmatic dependent launch off");
     launch_stream();
-    return !(v && v[0] == '0') && g_pdl_code;
+    return v != 0 && g_pdl_code;
   }();
   return on;
+}
+
+void read_switches() {
+  attention_read_switches();
+  mma_read_switches();
+  pdl_on();
 }
 
 DeviceInfo device_info(int device) {

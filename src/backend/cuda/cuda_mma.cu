@@ -13,6 +13,7 @@
 #include "backend/cuda/mma_kernels.cuh"
 #include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/slice_sum.cuh"
+#include "base/env_switch.h"
 
 namespace tf::cuda {
 
@@ -63,23 +64,28 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 // TF_MMA_SPLIT=1 keeps few-row products on the split kernels (benchmarks compare both; the bits are the same).
 bool split_forced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("TF_MMA_SPLIT");
-    return v && v[0] == '1';
-  }();
+  static const bool forced = env_switch("TF_MMA_SPLIT", 2, "1 keeps few-row products on the split kernels") == 1;
   return forced;
 }
 
-std::atomic<int> g_wgmma{[] {  // 1: many rows on warpgroup mma where the device runs it; 0 never
-  const char* v = std::getenv("TF_MMA_WGMMA");
-  return v && v[0] == '0' ? 0 : 1;
-}()};
+std::atomic<int> g_wgmma{-1};  // 1: many rows on warpgroup mma where the device runs it; 0 never; -1 not read yet
+
+int wgmma_mode() {
+  int m = g_wgmma.load();
+  if (m < 0) {
+    m = env_switch("TF_MMA_WGMMA", 2, "0 keeps many-row products off warpgroup mma") == 0 ? 0 : 1;
+    int unread = -1;
+    if (!g_wgmma.compare_exchange_strong(unread, m)) m = unread;  // mma_set_wgmma came first
+  }
+  return m;
+}
 std::atomic<int64_t> g_wgmma_launches{0};
 
 }  // namespace
 
 void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
-int mma_wgmma_mode() { return g_wgmma.load(); }
+int mma_wgmma_mode() { return wgmma_mode(); }
+void mma_read_switches() { split_forced(), wgmma_mode(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 bool mma_wgmma_device() {
@@ -91,7 +97,7 @@ namespace {
 
 // Whether this product runs on warpgroup mma: asked once per call, for both the scratch and the dispatch.
 bool wgmma_wanted(int64_t n_rows) {
-  const int mode = g_wgmma.load();
+  const int mode = wgmma_mode();
   return n_rows > kMmaSplitRows && mode != 0 && mma_wgmma_device();
 }
 

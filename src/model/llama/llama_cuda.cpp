@@ -117,6 +117,7 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
 }  // namespace
 
 std::string llama_cuda_refusal(const GgufFile& f) {
+  cuda::read_switches();  // a bad developer switch is the user's error, not a reason to fall back to the CPU
   try {
     LlamaConfig c = llama_config_from_gguf(f);
     if (c.head_dim_k % 32 != 0 || c.head_dim_k > 256)
