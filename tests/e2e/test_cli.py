@@ -225,6 +225,17 @@ def test_bench_refuses_a_bad_device_option_before_loading(tf_bin, tmp_path, args
     assert proc.returncode != 0 and named in proc.stderr and "absent.gguf" not in proc.stderr, shown(proc)
 
 
+@pytest.mark.parametrize("args,named", [(["-n", "49152"], "-n 49152: the decode run must fit"),
+                                        (["-p", "49153"], "-p 49153: a prompt must fit the CUDA"),
+                                        (["-n", "2"], "-n 2 is too short")])
+def test_bench_auto_refuses_a_bad_device_option_once_cuda_is_chosen(tf_bin, model_path, args, named):
+    # With --backend auto the backend is known only after the load: where it is CUDA, the same refusals follow.
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("needs a CUDA build on a machine with a GPU")
+    proc = tf(tf_bin, "bench", model_path, "--backend", "auto", *args, timeout=120)
+    assert proc.returncode != 0 and named in proc.stderr and "tok/s" not in proc.stdout, shown(proc)
+
+
 @pytest.mark.parametrize("flag,value", [("--depth", "512"), ("--streams", "1,2"), ("--pp-list", "16,32"),
                                         ("--ubatch", "64")])
 def test_bench_refuses_device_options_on_the_cpu(tf_bin, model_path, flag, value):
