@@ -2,7 +2,8 @@
 # On the GPU machine: the same benchmarks for several builds in one run, so their figures compare (shared machines
 # drift between runs). Builds are .gpubin/NAME.tar.xz from `tools/gpu/pack_bins.sh NAME` here; carry .gpu-deps,
 # .whlg and .gpubin. The first build also runs the CUDA contract. Usage: gpu_ab.sh "NAME1 NAME2 ..." [logs]
-# Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, ATTN=1 adds the attention bench, PP (default
+# Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, ATTN=1 adds the attention bench, GEMM=1 the
+# cuBLAS peak (first build, before the benches, so prefill's share of it is one run's ratio), PP (default
 # 512) and BENCHARGS (e.g. "--depth 4096 --streams 1,32") go to `tensorfold bench`, PROFILE=NAME times every decode
 # kernel of that build.
 set -uo pipefail
@@ -19,6 +20,10 @@ if [ "${CONTRACT:-1}" = 1 ]; then
   echo "== contract $first" >> "$L"
   timeout 300 "/tmp/ab/$first/contract_cuda_ctl" > "$LOGS/contract_$first.txt" 2>&1
   grep -E "SUMMARY|FAIL|NOT CAUGHT|rror" "$LOGS/contract_$first.txt" | head -20 >> "$L"
+fi
+if [ "${GEMM:-0}" = 1 ]; then
+  echo "== cuBLAS $first" >> "$L"
+  timeout 120 "/tmp/ab/$first/bench_cuda_gemm" 2>&1 | grep -E "TFLOP|\| [0-9]" >> "$L"
 fi
 for v in $NAMES; do
   if [ "${GEMV:-1}" = 1 ]; then
