@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "base/env_switch.h"
+#include "base/error.h"
 #include "bench_timer.h"
 
 namespace {
@@ -24,7 +25,13 @@ using cuda::upload;
 
 int main() {
   // The unforced row runs what the launcher picks, which TF_ATTN_BUILD overrides: say so in its label.
-  const int env = tf::env_switch("TF_ATTN_BUILD", cuda::attention_builds(), "an attention build for benchmarks");
+  int env = -1;
+  try {
+    env = tf::env_switch("TF_ATTN_BUILD", cuda::attention_builds(), "an attention build for benchmarks");
+  } catch (const tf::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   const std::string unforced =
       env < 0 ? "chosen by shape" : "TF_ATTN_BUILD=" + std::to_string(env) + ": " + cuda::attention_build_name(env);
   if (cuda::device_count() == 0) {

@@ -52,11 +52,16 @@ cudaStream_t launch_stream() {
   return s;
 }
 
+static bool pdl_wanted() {  // the switch alone, so read_switches touches no device
+  static const bool wanted = env_switch("TF_CUDA_PDL", 2, "0 turns programmatic dependent launch off") != 0;
+  return wanted;
+}
+
 bool pdl_on() {
   static const bool on = [] {
-    const int v = env_switch("TF_CUDA_PDL", 2, "0 turns programmatic dependent launch off");
+    const bool wanted = pdl_wanted();
     launch_stream();
-    return v != 0 && g_pdl_code;
+    return wanted && g_pdl_code;
   }();
   return on;
 }
@@ -64,7 +69,7 @@ bool pdl_on() {
 void read_switches() {
   attention_read_switches();
   mma_read_switches();
-  pdl_on();
+  pdl_wanted();
 }
 
 DeviceInfo device_info(int device) {

@@ -30,8 +30,7 @@ void* event_record_now();
 float event_ms(void* start, void* stop);
 void event_destroy(void* e);
 
-// Reads every TF_* developer switch of the backend (TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL) now:
-// tf::Error names a bad value at startup instead of a kernel launch meeting it mid-request.
+// Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA and TF_CUDA_PDL now (no device work): tf::Error names a bad value.
 void read_switches();
 
 // Median device-to-device copy rate over a 2 GiB buffer, bytes read plus written per second.

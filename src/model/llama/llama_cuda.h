@@ -84,7 +84,7 @@ class LlamaCudaModel : public Model {
   std::vector<char> cand_host_;
 };
 
-// Checks every tensor against what the CUDA kernels read; "" when the model can run there.
+// Checks every tensor against what the CUDA kernels read ("" when it can run); a bad TF_* switch throws tf::Error.
 std::string llama_cuda_refusal(const GgufFile& f);
 
 }  // namespace tf
