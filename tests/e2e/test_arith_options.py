@@ -67,21 +67,22 @@ def test_q8_blocks():
 def test_fixed_blocks_known_values():
     # Worked by hand: the group max 3.0 has exponent 1, so 16 bits scale by 2^13 and 24 bits by 2^21.
     x = np.zeros(32)
-    x[:4] = [3.0, 1 + 2.0 ** -13, 2.0 ** -14, -2.0 ** -15 * 3]
+    x[:5] = [3.0, 1 + 2.0 ** -13, 2.0 ** -14, -3 * 2.0 ** -14, 2.5 * 2.0 ** -13]
     f16, f24 = arith_options.fixed_blocks(16), arith_options.fixed_blocks(24)
     want16 = np.zeros(32)
-    want16[:4] = [3.0, 1 + 2.0 ** -13, 0.0, -2.0 ** -13]  # 0.5 and -1.5 units: ties to even
+    want16[:5] = [3.0, 1 + 2.0 ** -13, 0.0, -2.0 ** -12, 2.0 ** -12]  # ties 0.5, -1.5, 2.5 units go to even
     assert np.array_equal(f16(x), want16)
     assert np.array_equal(f24(x), x)  # every value is a multiple of 2^-21
     # 2 - 2^-23 is 2^23 - 0.5 units, a tie that rounds to 2^23, one past the range: clamped to 2^23 - 1 units.
     y = np.full(32, 2.0 - 2.0 ** -23)
     assert np.array_equal(f24(y), np.full(32, 2.0 - 2.0 ** -22))
-    assert np.abs(f16(y * 1e-30) - y * 1e-30).max() <= 2.0 ** -15 * 1e-30 * 2
-    v = edge_values()[:4096].reshape(4, 1024)
+    v = np.concatenate([edge_values(), np.zeros(32 - len(edge_values()) % 32)]).reshape(-1, 32)
+    assert 0 < v[-1, 5] < 1e-39 and v[-1, 6] > 1e38  # the last group holds 1e-40 beside 3e38
+    assert np.all(np.isfinite(f24(v))) and f24(v)[-1, 5] == 0.0 and f24(v)[-1, 6] == v[-1, 6]
     for bits in (16, 24):
-        got = arith_options.fixed_blocks(bits)(v).reshape(4, 32, 32)
-        mx = np.abs(v.reshape(4, 32, 32)).max(axis=-1, keepdims=True)
-        assert np.all(np.abs(got - v.reshape(4, 32, 32)) <= 2.0 ** -(bits - 1) * mx)
+        got = arith_options.fixed_blocks(bits)(v)
+        mx = np.abs(v).max(axis=-1, keepdims=True)
+        assert np.all(np.abs(got - v) <= 2.0 ** -(bits - 1) * mx)
 
 
 def test_hook_rounds_each_product_input_once(model_path):

@@ -52,7 +52,7 @@ def q8_blocks(x):
 
 
 def fixed_blocks(bits):
-    """Signed fixed point per 32 values with a power-of-two scale (max |x| below 2^(bits-1)): int8 limbs, exact integer mma."""
+    """Signed fixed point per 32 values under a power-of-two scale (max |x| below 2^(bits-1)), as int8 limbs hold it."""
     top = 2.0 ** (bits - 1)
 
     def rnd(x):
