@@ -23,7 +23,11 @@ if [ "${CONTRACT:-1}" = 1 ]; then
 fi
 if [ "${GEMM:-0}" = 1 ]; then
   echo "== cuBLAS $first" >> "$L"
-  timeout 120 "/tmp/ab/$first/bench_cuda_gemm" 2>&1 | grep -E "TFLOP|\| [0-9]" >> "$L"
+  if [ -x "/tmp/ab/$first/bench_cuda_gemm" ]; then
+    timeout 120 "/tmp/ab/$first/bench_cuda_gemm" 2>&1 | grep -E "TFLOP|\| [0-9]" >> "$L"
+  else
+    echo "(this pack has no bench_cuda_gemm)" >> "$L"
+  fi
 fi
 for v in $NAMES; do
   if [ "${GEMV:-1}" = 1 ]; then
