@@ -63,9 +63,7 @@ __device__ __forceinline__ void step_dots(const uint32_t (&a)[4], const uint2* x
   }
 }
 
-// Warp: one 16-output tile x KS slices of 256 columns. Every C column holds the row's dots, so lane t takes output
-// g + 8 (t & 1) and, with kPair, the even (t < 2) or odd groups, whose sums are added at the end. Odd lanes read
-// the high nibbles in place (16 q): their dots are 16x, exactly, and the 16 comes off the scale, exactly.
+// Warp: a 16-output tile x KS slices; lane t takes output g + 8 (t & 1) (its 16q dot: 1/16 on the scale), kPair groups.
 template <int L, int KS, bool kPair>
 __global__ void __launch_bounds__(256) limb_kernel(const uint4* q, const uint32_t* meta, const uint2* xl,
                                                    const float2* gx, int n_in, int n_out, float* part) {
@@ -273,6 +271,10 @@ int run(const Case& cs, double copy_bw) {
     at = (at + 1) % copies;
   };
   call();
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    std::printf("launch: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
   std::vector<float> got(n_out);
   cudaMemcpy(got.data(), dy, size_t(n_out) * 4, cudaMemcpyDeviceToHost);
   const bool same = std::memcmp(got.data(), want.data(), size_t(n_out) * 4) == 0;
