@@ -21,27 +21,22 @@ if [ "${CONTRACT:-1}" = 1 ]; then
   timeout 300 "/tmp/ab/$first/contract_cuda_ctl" > "$LOGS/contract_$first.txt" 2>&1
   grep -E "SUMMARY|FAIL|NOT CAUGHT|rror" "$LOGS/contract_$first.txt" | head -20 >> "$L"
 fi
-if [ "${GEMM:-0}" = 1 ]; then
-  echo "== cuBLAS $first" >> "$L"
-  if [ -x "/tmp/ab/$first/bench_cuda_gemm" ]; then
-    timeout 120 "/tmp/ab/$first/bench_cuda_gemm" 2>&1 | grep -E "TFLOP|\| [0-9]" >> "$L"
+# optional_bench TITLE BUILD BINARY PATTERN: a bench older packs may lack, its lines matching PATTERN.
+optional_bench() {
+  echo "== $1 $2" >> "$L"
+  if [ -x "/tmp/ab/$2/$3" ]; then
+    timeout 120 "/tmp/ab/$2/$3" 2>&1 | grep -E "$4" >> "$L"
   else
-    echo "(this pack has no bench_cuda_gemm)" >> "$L"
+    echo "(this pack has no $3)" >> "$L"
   fi
-fi
+}
+[ "${GEMM:-0}" = 1 ] && optional_bench cuBLAS "$first" bench_cuda_gemm "TFLOP|\| [0-9]"
 for v in $NAMES; do
   if [ "${GEMV:-1}" = 1 ]; then
     echo "== weight kernels $v" >> "$L"
     timeout 120 "/tmp/ab/$v/bench_cuda_gemv" 2>&1 | grep -E "\| 1 \||copy" >> "$L"
   fi
-  if [ "${ATTN:-0}" = 1 ]; then
-    echo "== attention $v" >> "$L"
-    if [ -x "/tmp/ab/$v/bench_cuda_attention" ]; then
-      timeout 120 "/tmp/ab/$v/bench_cuda_attention" 2>&1 | grep -E "^\| [dp]" >> "$L"
-    else
-      echo "(this pack has no bench_cuda_attention)" >> "$L"
-    fi
-  fi
+  [ "${ATTN:-0}" = 1 ] && optional_bench attention "$v" bench_cuda_attention "^\| [dp]"
   echo "== bench $v" >> "$L"
   timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
     2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
