@@ -116,6 +116,7 @@ def test_logits_rejects_out_of_vocab_ids(tf_bin, model_path, tmp_path):
 
 def _runs_on_cuda(tf_bin, model_path):
     proc = tf(tf_bin, "info", model_path, "--backend", "auto", timeout=60)
+    assert proc.returncode == 0, shown(proc)  # a failing info (a bad TF_* switch exported) must not skip GPU tests
     return re.search(r"^backend:\s+cuda", proc.stdout, re.M) is not None
 
 
