@@ -10,7 +10,9 @@ mkdir -p "$LOGS" build/cuda-release/tests /opt/tfdeps
 for f in .gpu-deps/*.deb; do dpkg -x "$f" /opt/tfdeps; done
 if [ "${SKIP_BINS:-0}" != 1 ]; then
   tar -xJf .gpubin/bins.tar.xz -C build/cuda-release
-  mv build/cuda-release/{contract_cuda_ctl,bench_cuda_gemv,bench_cuda_attention} build/cuda-release/tests/ 2>/dev/null
+  for b in contract_cuda_ctl bench_cuda_gemv bench_cuda_attention bench_cuda_gemm; do  # pack_bins.sh's TESTS
+    mv "build/cuda-release/$b" build/cuda-release/tests/ 2>/dev/null
+  done
 fi
 [ -d /tmp/site/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlg/*.whl
 [ -f /tmp/q4.gguf ] || PYTHONPATH=/tmp/site python3 tools/fixtures/gen_llama_gguf.py --shape 8b --mix q4_k_m \

@@ -5,12 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${1:-bins}
 tmp=$(mktemp -d)
-BINS="tensorfold contract_cuda_ctl bench_cuda_gemv bench_cuda_attention bench_cuda_gemm"
-cp build/cuda-release/tensorfold build/cuda-release/tests/{contract_cuda_ctl,bench_cuda_gemv,bench_cuda_attention} \
-  build/cuda-release/tests/bench_cuda_gemm "$tmp"
+TESTS="contract_cuda_ctl bench_cuda_gemv bench_cuda_attention bench_cuda_gemm"  # gpu_prebuilt.sh moves these back
+cp build/cuda-release/tensorfold "$tmp"
+for b in $TESTS; do cp "build/cuda-release/tests/$b" "$tmp"; done
 strip "$tmp"/*
 mkdir -p .gpubin .whlg
-tar -C "$tmp" -cf - $BINS | xz -T2 -6 > ".gpubin/$NAME.tar.xz"
+tar -C "$tmp" -cf - tensorfold $TESTS | xz -T2 -6 > ".gpubin/$NAME.tar.xz"
 rm -rf "$tmp"
 ls .whlg/*.whl > /dev/null 2>&1 || .venv/bin/python -m pip download -q --no-deps --dest .whlg gguf==0.19.0
 ls -la .gpubin .whlg
