@@ -3,7 +3,7 @@
 // limb's dot is an exact int32 (mma m16n8k32), so the only roundings are a few defined float steps per group,
 // which this probe replays on the CPU and compares bit for bit; it also times the kernel against the copy rate.
 // Build and run on the GPU machine:
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/probe_limbs tools/gpu/probe_limbs.cu
+//   nvcc -O3 -std=c++17 -I src -gencode arch=compute_90a,code=sm_90a -o /tmp/probe_limbs tools/gpu/probe_limbs.cu
 //   /tmp/probe_limbs
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "../../tests/bench/bench_timer.h"
+#include "backend/cuda/mma_formats.cuh"
 
 namespace {
+
+using tf::cuda::mma_ubyte_float;
 
 constexpr uint32_t kMask = 0x0F0F0F0Fu;
 
@@ -37,9 +40,6 @@ __device__ __forceinline__ void imma(int (&c)[4], const uint32_t (&a)[4], uint32
 }
 
 __host__ __device__ inline float byte_of(uint32_t w, int k) { return float((w >> (8 * k)) & 0xFF); }
-__device__ __forceinline__ float ubyte(uint32_t w, int k) {  // byte k through 2^23 + byte: exact, no I2F
-  return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | unsigned(k))), 8388608.0f);
-}
 
 // The group's integer dots of its limbs, combined: two limbs exactly (|D| < 2^24), three with two roundings.
 template <int L>
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(256) limb_kernel(const uint4* q, const uint32_
       const int jj = j + par, grp = sl * 8 + jj;
       const float2 gs = __ldg(gx + grp);  // x's 2^-s and its group sum
       const float f = combine<L>(d);
-      const float sc = __fmul_rn(__fmul_rn(dq, ubyte(m[1 + j / 4], jj & 3)), __fmul_rn(gs.x, unit));
-      const float mn = -__fmul_rn(dm, ubyte(m[3 + j / 4], jj & 3));
+      const float sc = __fmul_rn(__fmul_rn(dq, mma_ubyte_float(m[1 + j / 4], jj & 3)), __fmul_rn(gs.x, unit));
+      const float mn = -__fmul_rn(dm, mma_ubyte_float(m[3 + j / 4], jj & 3));
       p = fmaf(mn, gs.y, fmaf(sc, f, p));
     }
   }
