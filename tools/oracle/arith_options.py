@@ -42,13 +42,19 @@ def fp16(x):
         return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float64)
 
 
+def groups32(x):
+    """float32 activations as a kernel holds them, in groups of 32 values, with each group's max |x|."""
+    x = np.asarray(x, dtype=np.float32).astype(np.float64)
+    b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    return x.shape, b, np.abs(b).max(axis=-1, keepdims=True)
+
+
 def q8_blocks(x):
     """int8 per 32 values with a float32 scale max|x| / 127, as llama.cpp's q8_1 activations."""
-    x = np.asarray(x, dtype=np.float32).astype(np.float64)  # float32 activations, as llama.cpp holds them
-    b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
-    s = np.abs(b).max(axis=-1, keepdims=True).astype(np.float32).astype(np.float64) / 127.0
+    shape, b, mx = groups32(x)
+    s = mx.astype(np.float32).astype(np.float64) / 127.0
     q = np.where(s > 0, np.rint(b / np.where(s > 0, s, 1.0)), 0.0)
-    return (q * s).reshape(x.shape)
+    return (q * s).reshape(shape)
 
 
 def fixed_blocks(bits):
@@ -56,13 +62,11 @@ def fixed_blocks(bits):
     top = 2.0 ** (bits - 1)
 
     def rnd(x):
-        x = np.asarray(x, dtype=np.float32).astype(np.float64)
-        b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
-        mx = np.abs(b).max(axis=-1, keepdims=True)
+        shape, b, mx = groups32(x)
         e = np.floor(np.log2(np.where(mx > 0, mx, 1.0)))
         s = np.exp2(bits - 2 - e)  # max |x| * s < 2^(bits-1)
         q = np.clip(np.rint(b * s), -top, top - 1)
-        return (q / s).reshape(x.shape)
+        return (q / s).reshape(shape)
 
     return rnd
 
