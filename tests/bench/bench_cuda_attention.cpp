@@ -39,12 +39,11 @@ int main() {
     return 77;
   }
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // queries
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // keys, values and queries
   const int64_t kv_row = kKvHeads * kD, page_floats = 2 * kPage * kv_row, max_pages = kMaxKeys / kPage;
   const int64_t n_pages = 2 * max_pages;  // sequences share pages: reads only
   std::vector<float> pool(size_t(n_pages * page_floats));
-  uint32_t s = 12345;
-  for (auto& v : pool) s = s * 1664525u + 1013904223u, v = float(int32_t(s >> 8) - (1 << 23)) * 0x1.0p-23f;
+  for (auto& v : pool) v = u(rng);
   std::vector<int32_t> table(size_t(kSeqs * max_pages));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((int64_t(i) * 7 + 3) % n_pages);  // scattered
   float* dpool = upload(pool);
