@@ -82,6 +82,22 @@ TEST(CudaModel, GreedyMatchesCpuForAtLeast32Tokens) {
   }
 }
 
+TEST(CudaModel, GraphRoundsEqualRoundsLaunchedOneByOne) {
+  // Replayed rounds also pull weights into L2 on a side branch (TF_CUDA_PREFETCH); no logit may move by a bit.
+  ThreadPool pool(0);
+  LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  auto ids = m.tokenizer->encode(kPrompts[1]);
+  m.model->set_graphs(true);
+  const Greedy a = greedy(*m.model, ids, 24);
+  m.model->set_graphs(false);
+  const Greedy b = greedy(*m.model, ids, 24);
+  m.model->set_graphs(true);
+  ASSERT_EQ(a.ids, b.ids);
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)), 0)
+        << "generated token " << i;
+}
+
 TEST(CudaModel, BatchedRowsEqualSoloRowsBitForBit) {
   ThreadPool pool(0);
   LoadedModel m = load_model(model_path(), pool, "", "cuda");

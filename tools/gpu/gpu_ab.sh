@@ -5,7 +5,7 @@
 # Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, ATTN=1 adds the attention bench, GEMM=1 the
 # cuBLAS peak (first build, before the benches, so prefill's share of it is one run's ratio), PP (default
 # 512) and BENCHARGS (e.g. "--depth 4096 --streams 1,32") go to `tensorfold bench`, PROFILE=NAME times every decode
-# kernel of that build.
+# kernel of that build. NAME@VAR=VALUE runs build NAME with that variable set (one binary, several switches).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAMES=$1
@@ -14,8 +14,9 @@ L=$LOGS/ab.txt
 mkdir -p "$LOGS"
 SKIP_BINS=1 bash tools/gpu/gpu_prebuilt.sh "$LOGS" > /dev/null
 export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for v in $NAMES; do mkdir -p "/tmp/ab/$v" && tar -xJf ".gpubin/$v.tar.xz" -C "/tmp/ab/$v"; done
+for v in $NAMES; do b=${v%%@*}; [ -d "/tmp/ab/$b" ] || { mkdir -p "/tmp/ab/$b" && tar -xJf ".gpubin/$b.tar.xz" -C "/tmp/ab/$b"; }; done
 first=${NAMES%% *}
+first=${first%%@*}
 if [ "${CONTRACT:-1}" = 1 ]; then
   echo "== contract $first" >> "$L"
   timeout 300 "/tmp/ab/$first/contract_cuda_ctl" > "$LOGS/contract_$first.txt" 2>&1
@@ -31,14 +32,17 @@ optional_bench() {
   fi
 }
 [ "${GEMM:-0}" = 1 ] && optional_bench cuBLAS "$first" bench_cuda_gemm "TFLOP|\| [0-9]"
-for v in $NAMES; do
+for run in $NAMES; do
+  v=${run%%@*}
+  envs=()
+  [ "$run" = "$v" ] || envs=("${run#*@}")
   if [ "${GEMV:-1}" = 1 ]; then
     echo "== weight kernels $v" >> "$L"
     timeout 120 "/tmp/ab/$v/bench_cuda_gemv" 2>&1 | grep -E "\| 1 \||copy" >> "$L"
   fi
   [ "${ATTN:-0}" = 1 ] && optional_bench attention "$v" bench_cuda_attention "^\| [dp]"
-  echo "== bench $v" >> "$L"
-  timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
+  echo "== bench $run" >> "$L"
+  env "${envs[@]}" timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
     2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
 done
 [ -z "${PROFILE:-}" ] || BIN="/tmp/ab/$PROFILE/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"

@@ -66,10 +66,45 @@ bool pdl_on() {
   return on;
 }
 
+static int prefetch_switch() {
+  static const int m = env_switch("TF_CUDA_PREFETCH", 2, "0 turns the L2 weight prefetch off");
+  return m;
+}
+int prefetch_mode() { return prefetch_switch() < 0 ? 1 : prefetch_switch(); }
+
 void read_switches() {
   attention_read_switches();
   mma_read_switches();
   pdl_wanted();
+  prefetch_switch();
+}
+
+cudaStream_t side_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t t = nullptr;
+    check(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking), "side stream create");
+    return t;
+  }();
+  return s;
+}
+
+namespace {
+cudaEvent_t make_event() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+  return e;
+}
+}  // namespace
+
+void side_fork() {
+  static cudaEvent_t e = make_event();
+  check(cudaEventRecord(e, launch_stream()), "fork record");
+  check(cudaStreamWaitEvent(side_stream(), e, 0), "fork wait");
+}
+
+bool side_join() noexcept {
+  static cudaEvent_t e = make_event();
+  return cudaEventRecord(e, side_stream()) == cudaSuccess && cudaStreamWaitEvent(launch_stream(), e, 0) == cudaSuccess;
 }
 
 DeviceInfo device_info(int device) {

@@ -30,7 +30,15 @@ void* event_record_now();
 float event_ms(void* start, void* stop);
 void event_destroy(void* e);
 
-// Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA and TF_CUDA_PDL now (no device work): tf::Error names a bad value.
+// Work beside the launch stream's chain (L2 prefetches): side_fork makes the next side launches wait for everything
+// launched so far; side_join makes the launch stream wait for every side launch (false if CUDA refused).
+void side_fork();
+bool side_join() noexcept;
+// TF_CUDA_PREFETCH: 0 leaves few-row products' weights to be read from DRAM, 1 (or unset) pulls them into L2 first.
+int prefetch_mode();
+
+// Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL and TF_CUDA_PREFETCH now (no device work): tf::Error
+// names a bad value.
 void read_switches();
 
 // Median device-to-device copy rate over a 2 GiB buffer, bytes read plus written per second.

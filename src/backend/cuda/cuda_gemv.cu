@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/ctl.h"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/cuda_stream.cuh"
@@ -60,6 +61,19 @@ Split split_of(GgmlType t) {
 }
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Asks L2 for [p, p + bytes) (256-byte aligned) in 4 KB bulk requests: a hint, so no value changes and nothing
+// waits for it to land.
+__global__ void l2_prefetch_kernel(const uint8_t* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int64_t kChunk = 4096;
+  const int64_t threads = int64_t(gridDim.x) * blockDim.x, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t at = i * kChunk; at < bytes; at += threads * kChunk) {
+    const uint32_t n = uint32_t(bytes - at < kChunk ? bytes - at : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
+  }
+#endif
+}
 
 #define TF_FOR_EACH_FORMAT(X) X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q8_0) X(Q4_K) X(Q6_K)
 
@@ -165,6 +179,18 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
   mma_gemv(w, x, n_rows, y, nullptr, active_control(), pre, &out, buf);
   check(cudaGetLastError(), "gemv launch");
   return out;
+}
+
+void prefetch_weights(const DeviceMatrix& w) {
+  if (prefetch_mode() == 0 || !w.q) return;
+  static const unsigned blocks = [] {
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device attribute");
+    return unsigned(sms);
+  }();
+  // The bulk requests go out through each SM's copy engine: one block an SM spreads them.
+  l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(w.q, int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out)));
+  check(cudaGetLastError(), "prefetch launch");
 }
 
 int64_t gemv_split_rows() { return mma_split_rows(); }

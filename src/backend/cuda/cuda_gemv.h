@@ -53,6 +53,9 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
+// Pulls w into L2 on the side stream (after cuda::side_fork), so a latency-bound product that follows reads it from
+// there; changes no value. Off with TF_CUDA_PREFETCH=0.
+void prefetch_weights(const DeviceMatrix& w);
 // Slice partials [slices][n_rows][n_out] left for the consuming kernel to add; p is null where y was written.
 struct Partials {
   const float* p = nullptr;

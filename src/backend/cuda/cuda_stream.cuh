@@ -8,6 +8,7 @@
 namespace tf::cuda {
 // The stream every kernel of the backend is launched on (one per process; blocking, so plain copies order with it).
 cudaStream_t launch_stream();
+cudaStream_t side_stream();  // created non-blocking: joins the launch stream only through side_fork / side_join
 // Programmatic dependent launch, unless TF_CUDA_PDL=0 or the loaded kernels lack grid_wait's instruction.
 bool pdl_on();
 

@@ -46,7 +46,7 @@ class LlamaCudaModel : public Model {
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
-  void launch(int64_t n, int64_t m, int64_t max_pages, bool sample);
+  void launch(int64_t n, int64_t m, int64_t max_pages, bool sample, bool graph);
   void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
 
   std::shared_ptr<const GgufFile> file_;

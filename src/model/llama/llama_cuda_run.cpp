@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_attention.h"
@@ -95,7 +96,7 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   return width;
 }
 
-void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
+void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bool graph) {
   const auto& c = cfg_;
   const int64_t E = c.n_embd, D = c.head_dim_k, Dq = c.n_head * D, Dkv = kv_row_;
   Layout L{n, width, c.n_rot / 2};
@@ -103,9 +104,27 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
   const int64_t page_floats = page_size_ * kv_floats_per_token();
   const float scale = float(1.0 / std::sqrt(double(D)));
   const bool neox = c.rope_pairing == cpu::RopePairing::Neox;
+  // Few-row products wait on memory latency: their weights go to L2 beside the kernels that leave DRAM idle. Only in
+  // graphs: replayed, the side branch costs nothing; launched one by one, its launches cost more than it saves.
+  const bool prefetch = graph && n <= cuda::gemv_split_rows() && cuda::prefetch_mode() != 0;
+  struct Join {  // every side launch is joined before the round ends, also when a launch throws
+    bool on;
+    ~Join() {
+      if (on) cuda::side_join();
+    }
+  } join{prefetch};
+  auto pull = [&](std::initializer_list<const cuda::DeviceMatrix*> ms) {
+    if (!prefetch) return;
+    cuda::side_fork();
+    for (const auto* w : ms) cuda::prefetch_weights(*w);
+  };
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
+    if (Ly.fused_qkv)
+      pull({&Ly.wq});  // beside the norm; the products of the previous layer would evict them
+    else
+      pull({&Ly.wq, &Ly.wk, &Ly.wv});
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
@@ -132,6 +151,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample) {
       }
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
     }
+    pull({&Ly.wo});  // beside RoPE and attention
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
     cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
                      L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
@@ -198,7 +218,7 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     if (it == graphs_.end()) {
       cuda::capture_begin();
       try {
-        launch(n, n_logits, width, sample);
+        launch(n, n_logits, width, sample, true);
       } catch (...) {
         cuda::graph_destroy(cuda::capture_end());
         throw;
@@ -207,7 +227,7 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     }
     cuda::graph_launch(it->second);
   } else {
-    launch(n, n_logits, width, sample);
+    launch(n, n_logits, width, sample, false);
   }
   void* t1 = cuda::event_record_now();
   last_device_ms_ = cuda::event_ms(t0, t1);
