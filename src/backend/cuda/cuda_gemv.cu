@@ -62,15 +62,17 @@ Split split_of(GgmlType t) {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Asks L2 for [p, p + bytes) (256-byte aligned) in 4 KB bulk requests: a hint, so no value changes and nothing
-// waits for it to land.
-__global__ void l2_prefetch_kernel(const uint8_t* p, int64_t bytes) {
+// Asks L2 for `len` bytes at each of `ranges` starts `stride` apart (16-byte aligned) in 4 KB bulk requests: a hint,
+// so no value changes and nothing waits for it to land.
+__global__ void l2_prefetch_kernel(const uint8_t* p, int64_t ranges, int64_t stride, int64_t len) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int64_t kChunk = 4096;
+  const int64_t per = (len + kChunk - 1) / kChunk, total = ranges * per;
   const int64_t threads = int64_t(gridDim.x) * blockDim.x, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t at = i * kChunk; at < bytes; at += threads * kChunk) {
-    const uint32_t n = uint32_t(bytes - at < kChunk ? bytes - at : kChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
+  for (int64_t k = i; k < total; k += threads) {
+    const int64_t off = (k % per) * kChunk;
+    const uint32_t n = uint32_t(len - off < kChunk ? len - off : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + (k / per) * stride + off), "r"(n) : "memory");
   }
 #endif
 }
@@ -181,16 +183,25 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
   return out;
 }
 
-void prefetch_weights(const DeviceMatrix& w) {
+void prefetch_weights(const DeviceMatrix& w, double head) {
   if (prefetch_mode() == 0 || !w.q) return;
   static const unsigned blocks = [] {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device attribute");
     return unsigned(sms);
   }();
-  // The bulk requests go out through each SM's copy engine: one block an SM spreads them.
-  l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(w.q, int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out)));
-  check(cudaGetLastError(), "prefetch launch");
+  auto go = [](const uint8_t* p, int64_t ranges, int64_t stride, int64_t len) {
+    if (len <= 0 || ranges <= 0) return;
+    // The bulk requests go out through each SM's copy engine: one block an SM spreads them.
+    l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(p, ranges, stride, len);
+    check(cudaGetLastError(), "prefetch launch");
+  };
+  const int64_t bytes = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
+  if (head >= 1.0 || !w.mma) return go(w.q, 1, 0, bytes);
+  // The first part of every 16-output tile's weights (and Q6_K high bits), where each product block starts reading.
+  const int64_t tiles = (w.n_out + 15) / 16, tq = (w.h - w.q) / tiles / 16 * 16, th = (w.s - w.h) / tiles / 16 * 16;
+  go(w.q, tiles, tq, int64_t(double(tq) * head) / 16 * 16);
+  go(w.h, tiles, th, int64_t(double(th) * head) / 16 * 16);
 }
 
 int64_t gemv_split_rows() { return mma_split_rows(); }

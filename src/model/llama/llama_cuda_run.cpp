@@ -113,10 +113,10 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (on) cuda::side_join();
     }
   } join{prefetch};
-  auto pull = [&](std::initializer_list<const cuda::DeviceMatrix*> ms) {
+  auto pull = [&](std::initializer_list<const cuda::DeviceMatrix*> ms, double head = 1.0) {
     if (!prefetch) return;
     cuda::side_fork();
-    for (const auto* w : ms) cuda::prefetch_weights(*w);
+    for (const auto* w : ms) cuda::prefetch_weights(*w, head);
   };
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -177,6 +177,9 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     } else {
       cuda::gemv(Ly.wo, att_, n, x_, x_, pre_o);
     }
+    // Beside the norm, the first quarter of each gate|up tile (what its first blocks read): a whole-matrix prefetch
+    // would outlast the norm and keep the product's blocks off their SMs.
+    pull({&Ly.gate}, 0.25);
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
