@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_attention.h"
@@ -113,18 +112,18 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (on) cuda::side_join();
     }
   } join{prefetch};
-  auto pull = [&](std::initializer_list<const cuda::DeviceMatrix*> ms, double head = 1.0) {
-    if (!prefetch) return;
-    cuda::side_fork();
-    for (const auto* w : ms) cuda::prefetch_weights(*w, head);
+  auto fork = [&] {
+    if (prefetch) cuda::side_fork();
+  };
+  auto pull = [&](const cuda::DeviceMatrix& w, double head = 1.0) {
+    if (prefetch) cuda::prefetch_weights(w, head);
   };
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
-    if (Ly.fused_qkv)
-      pull({&Ly.wq});  // beside the norm; the products of the previous layer would evict them
-    else
-      pull({&Ly.wq, &Ly.wk, &Ly.wv});
+    fork();  // beside the norm; the products of the previous layer would evict them
+    pull(Ly.wq);
+    if (!Ly.fused_qkv) pull(Ly.wk), pull(Ly.wv);
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
@@ -151,7 +150,11 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       }
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
     }
-    pull({&Ly.wo});  // beside RoPE and attention
+    // Beside RoPE and attention: o, and the first half of each gate|up tile (what its first blocks read), all that
+    // fits in L2 beside o.
+    fork();
+    pull(Ly.wo);
+    pull(Ly.gate, 0.5);
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
     cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
                      L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
@@ -177,9 +180,6 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     } else {
       cuda::gemv(Ly.wo, att_, n, x_, x_, pre_o);
     }
-    // Beside the norm, the first quarter of each gate|up tile (what its first blocks read): a whole-matrix prefetch
-    // would outlast the norm and keep the product's blocks off their SMs.
-    pull({&Ly.gate}, 0.25);
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
