@@ -112,6 +112,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (on) cuda::side_join();
     }
   } join{prefetch};
+  const bool short_keys = width * page_size_ * kv_row_ * 2 * int64_t(sizeof(float)) <= (int64_t(8) << 20);
   auto fork = [&] {
     if (prefetch) cuda::side_fork();
   };
@@ -151,10 +152,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
     }
     // Beside RoPE and attention: o, and the first half of each gate|up tile (what its first blocks read), all that
-    // fits in L2 beside o.
-    fork();
-    pull(Ly.wo);
-    pull(Ly.gate, 0.5);
+    // fits in L2 beside o. Not where attention itself streams megabytes of keys and values from DRAM.
+    if (short_keys) {
+      fork();
+      pull(Ly.wo);
+      pull(Ly.gate, 0.5);
+    }
     const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
     cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
                      L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
