@@ -123,8 +123,14 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
     fork();  // beside the norm; the products of the previous layer would evict them
-    pull(Ly.wq);
-    if (!Ly.fused_qkv) pull(Ly.wk), pull(Ly.wv);
+    const DevWeight* mats[] = {&Ly.wq, &Ly.wk, &Ly.wv, &Ly.wo, &Ly.gate, &Ly.up, &Ly.down};
+    int64_t layer_bytes = 0;
+    for (const DevWeight* w : mats)
+      if (w->q) layer_bytes += int64_t(cuda::device_matrix_bytes(w->type, w->n_in, w->n_out));
+    // A small model's whole layer fits in L2 many times over: all of it now, nothing beside attention.
+    const bool whole = layer_bytes <= (int64_t(16) << 20);
+    for (const DevWeight* w : mats)
+      if (w->q && (whole || w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)) pull(*w);
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
@@ -153,7 +159,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     }
     // Beside RoPE and attention: o, and the first half of each gate|up tile (what its first blocks read), all that
     // fits in L2 beside o. Not where attention itself streams megabytes of keys and values from DRAM.
-    if (short_keys) {
+    if (short_keys && !whole) {
       fork();
       pull(Ly.wo);
       pull(Ly.gate, 0.5);
