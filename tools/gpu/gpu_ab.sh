@@ -5,7 +5,8 @@
 # Env: CONTRACT=0 skips the contract, GEMV=0 the weight-kernel bench, ATTN=1 adds the attention bench, GEMM=1 the
 # cuBLAS peak (first build, before the benches, so prefill's share of it is one run's ratio), PP (default
 # 512) and BENCHARGS (e.g. "--depth 4096 --streams 1,32") go to `tensorfold bench`, PROFILE=NAME times every decode
-# kernel of that build. NAME@VAR=VALUE runs build NAME with that variable set (one binary, several switches).
+# kernel of that build. NAME@VAR=VALUE runs build NAME's `tensorfold bench` with that one variable set (one binary,
+# several switches; its gemv and attention benches, the contract and PROFILE run without it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAMES=$1
@@ -14,7 +15,17 @@ L=$LOGS/ab.txt
 mkdir -p "$LOGS"
 SKIP_BINS=1 bash tools/gpu/gpu_prebuilt.sh "$LOGS" > /dev/null
 export LD_LIBRARY_PATH=/opt/tfdeps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for v in $NAMES; do b=${v%%@*}; [ -d "/tmp/ab/$b" ] || { mkdir -p "/tmp/ab/$b" && tar -xJf ".gpubin/$b.tar.xz" -C "/tmp/ab/$b"; }; done
+seen=" "
+for run in $NAMES; do
+  b=${run%%@*}
+  if [ "$run" != "$b" ] && [[ "${run#*@}" != [A-Za-z_]*=* ]]; then
+    echo "gpu_ab.sh: '$run' is not NAME@VAR=VALUE" >&2
+    exit 2
+  fi
+  case "$seen" in *" $b "*) continue ;; esac
+  seen="$seen$b "
+  rm -rf "/tmp/ab/$b" && mkdir -p "/tmp/ab/$b" && tar -xJf ".gpubin/$b.tar.xz" -C "/tmp/ab/$b" || exit 2
+done
 first=${NAMES%% *}
 first=${first%%@*}
 if [ "${CONTRACT:-1}" = 1 ]; then
@@ -42,8 +53,8 @@ for run in $NAMES; do
   fi
   [ "${ATTN:-0}" = 1 ] && optional_bench attention "$v" bench_cuda_attention "^\| [dp]"
   echo "== bench $run" >> "$L"
-  env "${envs[@]}" timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
+  env ${envs[@]+"${envs[@]}"} timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
     2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
 done
-[ -z "${PROFILE:-}" ] || BIN="/tmp/ab/$PROFILE/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"
+[ -z "${PROFILE:-}" ] || BIN="/tmp/ab/${PROFILE%%@*}/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"
 cat "$L"

@@ -42,11 +42,19 @@ bool probe_pdl_code(cudaStream_t s) {
 }
 }  // namespace
 
+namespace {
+cudaEvent_t g_fork = nullptr, g_join = nullptr;
+}  // namespace
+
 cudaStream_t launch_stream() {
   static cudaStream_t s = [] {
     cudaStream_t t = nullptr;
     check(cudaStreamCreate(&t), "stream create");
     g_pdl_code = probe_pdl_code(t);  // before any capture can start, which needs this stream
+    // The side stream and its events too, so no capture ever creates them.
+    side_stream();
+    check(cudaEventCreateWithFlags(&g_fork, cudaEventDisableTiming), "event create");
+    check(cudaEventCreateWithFlags(&g_join, cudaEventDisableTiming), "event create");
     return t;
   }();
   return s;
@@ -88,23 +96,15 @@ cudaStream_t side_stream() {
   return s;
 }
 
-namespace {
-cudaEvent_t make_event() {
-  cudaEvent_t e = nullptr;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
-  return e;
-}
-}  // namespace
-
 void side_fork() {
-  static cudaEvent_t e = make_event();
-  check(cudaEventRecord(e, launch_stream()), "fork record");
-  check(cudaStreamWaitEvent(side_stream(), e, 0), "fork wait");
+  const cudaStream_t s = launch_stream();  // first: it creates the events
+  check(cudaEventRecord(g_fork, s), "fork record");
+  check(cudaStreamWaitEvent(side_stream(), g_fork, 0), "fork wait");
 }
 
 bool side_join() noexcept {
-  static cudaEvent_t e = make_event();
-  return cudaEventRecord(e, side_stream()) == cudaSuccess && cudaStreamWaitEvent(launch_stream(), e, 0) == cudaSuccess;
+  const cudaStream_t s = launch_stream();
+  return cudaEventRecord(g_join, side_stream()) == cudaSuccess && cudaStreamWaitEvent(s, g_join, 0) == cudaSuccess;
 }
 
 DeviceInfo device_info(int device) {

@@ -196,8 +196,8 @@ void prefetch_weights(const DeviceMatrix& w, double head) {
     l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(p, ranges, stride, len);
     check(cudaGetLastError(), "prefetch launch");
   };
-  const int64_t bytes = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
-  if (head >= 1.0 || !w.mma) return go(w.q, 1, 0, bytes);
+  if (head >= 1.0) return go(w.q, 1, 0, int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out)));
+  if (!w.mma) return;  // the tiled layout keeps a tile's units apart: no cheap head to take
   // The first part of every 16-output tile's weights (and Q6_K high bits), where each product block starts reading.
   const int64_t tiles = (w.n_out + 15) / 16, tq = (w.h - w.q) / tiles / 16 * 16, th = (w.s - w.h) / tiles / 16 * 16;
   go(w.q, tiles, tq, int64_t(double(tq) * head) / 16 * 16);

@@ -54,8 +54,8 @@ struct SplitX {
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
 // Pulls w into L2 on the side stream (after cuda::side_fork), so a latency-bound product that follows reads it from
-// there; `head` < 1 takes that fraction of each 16-output tile's weights. Changes no value; off with
-// TF_CUDA_PREFETCH=0.
+// there; `head` < 1 takes that fraction of each 16-output tile's weights (tensor-core layout only; nothing
+// otherwise). Changes no value; off with TF_CUDA_PREFETCH=0.
 void prefetch_weights(const DeviceMatrix& w, double head = 1.0);
 // Slice partials [slices][n_rows][n_out] left for the consuming kernel to add; p is null where y was written.
 struct Partials {

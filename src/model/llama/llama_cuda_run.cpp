@@ -112,7 +112,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (on) cuda::side_join();
     }
   } join{prefetch};
-  const bool short_keys = width * page_size_ * kv_row_ * 2 * int64_t(sizeof(float)) <= (int64_t(8) << 20);
+  // At most what attention reads a layer: a table of keys and values per row (the graph's key: rows and width).
+  const bool short_keys = n * width * page_size_ * kv_row_ * 2 * int64_t(sizeof(float)) <= (int64_t(8) << 20);
   auto fork = [&] {
     if (prefetch) cuda::side_fork();
   };
