@@ -103,9 +103,10 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   const int64_t page_floats = page_size_ * kv_floats_per_token();
   const float scale = float(1.0 / std::sqrt(double(D)));
   const bool neox = c.rope_pairing == cpu::RopePairing::Neox;
-  // Few-row products wait on memory latency: their weights go to L2 beside the kernels that leave DRAM idle. Only in
-  // graphs: replayed, the side branch costs nothing; launched one by one, its launches cost more than it saves.
-  const bool prefetch = graph && n <= cuda::gemv_split_rows() && cuda::prefetch_mode() != 0;
+  // One-row products wait on memory latency: their weights go to L2 beside the kernels that leave DRAM idle. Only in
+  // graphs (launched one by one, the side launches cost more than they save) and only for one row, whose products
+  // leave DRAM idlest.
+  const bool prefetch = graph && n == 1 && cuda::prefetch_mode() != 0;
   struct Join {  // every side launch is joined before the round ends, also when a launch throws
     bool on;
     ~Join() {
