@@ -9,26 +9,12 @@
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_sample.h"
+#include "cuda_buf.h"
 #include "harness.h"
 #include "quant/ggml/dequant.h"
 
 namespace tf::contract {
 namespace {
-
-template <class T>
-struct Buf {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Buf(const std::vector<T>& h) : p(static_cast<T*>(cuda::device_alloc(h.size() * sizeof(T)))), n(h.size()) {
-    cuda::copy_to_device(p, h.data(), n * sizeof(T));
-  }
-  ~Buf() { cuda::device_free(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    cuda::copy_to_host(h.data(), p, n * sizeof(T));
-    return h;
-  }
-};
 
 // The keyed draw of specs/exactness.md, written here from the spec as the reference.
 uint64_t mix(uint64_t z) {

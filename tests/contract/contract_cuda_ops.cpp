@@ -3,25 +3,13 @@
 
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_ops.h"
+#include "cuda_buf.h"
 #include "harness.h"
 
 namespace tf::contract {
 namespace {
 
-// Device copy of a host vector, freed with the object.
-struct DevVec {
-  float* p = nullptr;
-  size_t n = 0;
-  explicit DevVec(const std::vector<float>& h) : p(static_cast<float*>(cuda::device_alloc(h.size() * 4))), n(h.size()) {
-    cuda::copy_to_device(p, h.data(), n * 4);
-  }
-  ~DevVec() { cuda::device_free(p); }
-  std::vector<float> get() const {
-    std::vector<float> h(n);
-    cuda::copy_to_host(h.data(), p, n * 4);
-    return h;
-  }
-};
+using DevVec = Buf<float>;
 
 // Many rows' split output (a row's groups in one block) against each row's own call (spread over blocks), bitwise.
 template <class Run>

@@ -34,7 +34,7 @@ void event_destroy(void* e);
 // launched so far; side_join makes the launch stream wait for every side launch (false if CUDA refused).
 void side_fork();
 bool side_join() noexcept;
-// TF_CUDA_PREFETCH: 0 leaves few-row products' weights to be read from DRAM, 1 (or unset) pulls them into L2 first.
+// TF_CUDA_PREFETCH: 0 leaves one-row products' weights to be read from DRAM, 1 (or unset) pulls them into L2 first.
 int prefetch_mode();
 
 // Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL and TF_CUDA_PREFETCH now (no device work): tf::Error

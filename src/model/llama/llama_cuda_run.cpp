@@ -128,9 +128,9 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     const DevWeight* mats[] = {&Ly.wq, &Ly.wk, &Ly.wv, &Ly.wo, &Ly.gate, &Ly.up, &Ly.down};
     int64_t layer_bytes = 0;
     for (const DevWeight* w : mats)
-      if (w->q) layer_bytes += int64_t(cuda::device_matrix_bytes(w->type, w->n_in, w->n_out));
+      if (prefetch && w->q) layer_bytes += int64_t(cuda::device_matrix_bytes(w->type, w->n_in, w->n_out));
     // A small model's whole layer fits in L2 many times over: all of it now, nothing beside attention.
-    const bool whole = layer_bytes <= (int64_t(16) << 20);
+    const bool whole = prefetch && layer_bytes <= (int64_t(16) << 20);
     for (const DevWeight* w : mats)
       if (w->q && (whole || w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)) pull(*w);
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
