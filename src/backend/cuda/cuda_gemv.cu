@@ -183,8 +183,19 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
   return out;
 }
 
-void prefetch_weights(const DeviceMatrix& w, double head) {
-  if (prefetch_mode() == 0 || !w.q) return;
+int64_t prefetch_budget() {
+  static const int64_t bytes = [] {
+    int l2 = 0;
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "device attribute");
+    return int64_t(l2) / 100 * 85;  // the rest for what the products read and write besides weights
+  }();
+  return bytes;
+}
+
+int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes) {
+  if (prefetch_mode() == 0 || !w.q || max_bytes <= 0) return 0;
+  const int64_t all = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
+  if (double(all) * head > double(max_bytes)) head = double(max_bytes) / double(all);
   static const unsigned blocks = [] {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device attribute");
@@ -196,12 +207,17 @@ void prefetch_weights(const DeviceMatrix& w, double head) {
     l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(p, ranges, stride, len);
     check(cudaGetLastError(), "prefetch launch");
   };
-  if (head >= 1.0) return go(w.q, 1, 0, int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out)));
-  if (!w.mma) return;  // the tiled layout keeps a tile's units apart: no cheap head to take
+  if (head >= 1.0) {
+    go(w.q, 1, 0, all);
+    return all;
+  }
+  if (!w.mma) return 0;  // the tiled layout keeps a tile's units apart: no cheap head to take
   // The first part of every 16-output tile's weights (and Q6_K high bits), where each product block starts reading.
   const int64_t tiles = (w.n_out + 15) / 16, tq = (w.h - w.q) / tiles / 16 * 16, th = (w.s - w.h) / tiles / 16 * 16;
-  go(w.q, tiles, tq, int64_t(double(tq) * head) / 16 * 16);
-  go(w.h, tiles, th, int64_t(double(th) * head) / 16 * 16);
+  const int64_t lq = int64_t(double(tq) * head) / 16 * 16, lh = int64_t(double(th) * head) / 16 * 16;
+  go(w.q, tiles, tq, lq);
+  go(w.h, tiles, th, lh);
+  return tiles * (lq + lh);
 }
 
 int64_t gemv_split_rows() { return mma_split_rows(); }

@@ -55,8 +55,11 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
           const SplitX& pre = {});
 // Pulls w into L2 on the side stream (after cuda::side_fork), so a latency-bound product that follows reads it from
 // there; `head` < 1 takes that fraction of each 16-output tile's weights (tensor-core layout only; nothing
-// otherwise). Changes no value; off with TF_CUDA_PREFETCH=0.
-void prefetch_weights(const DeviceMatrix& w, double head = 1.0);
+// otherwise), cut further to at most `max_bytes`. Returns the bytes asked for. Changes no value; off with
+// TF_CUDA_PREFETCH=0.
+int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes);
+// What the pulls of one fork may take together: most of L2, so the last pulled do not evict the first.
+int64_t prefetch_budget();
 // Slice partials [slices][n_rows][n_out] left for the consuming kernel to add; p is null where y was written.
 struct Partials {
   const float* p = nullptr;

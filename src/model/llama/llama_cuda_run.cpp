@@ -115,24 +115,30 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   } join{prefetch};
   // At most what attention reads a layer: a table of keys and values per row (the graph's key: rows and width).
   const bool short_keys = n * width * page_size_ * kv_row_ * 2 * int64_t(sizeof(float)) <= (int64_t(8) << 20);
+  int64_t left = 0;  // what this fork's pulls may still take: together they fit in L2, or the last evict the first
   auto fork = [&] {
-    if (prefetch) cuda::side_fork();
+    if (prefetch) cuda::side_fork(), left = cuda::prefetch_budget();
   };
   auto pull = [&](const cuda::DeviceMatrix& w, double head = 1.0) {
-    if (prefetch) cuda::prefetch_weights(w, head);
+    if (prefetch) left -= cuda::prefetch_weights(w, head, left);
   };
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
     fork();  // beside the norm; the products of the previous layer would evict them
     const DevWeight* mats[] = {&Ly.wq, &Ly.wk, &Ly.wv, &Ly.wo, &Ly.gate, &Ly.up, &Ly.down};
-    int64_t layer_bytes = 0;
-    for (const DevWeight* w : mats)
-      if (prefetch && w->q) layer_bytes += int64_t(cuda::device_matrix_bytes(w->type, w->n_in, w->n_out));
+    int64_t layer_bytes = 0, layer_weights = 0;
+    for (const DevWeight* w : mats) {
+      if (!prefetch || !w->q) continue;
+      layer_bytes += int64_t(cuda::device_matrix_bytes(w->type, w->n_in, w->n_out));
+      layer_weights += w->n_in * w->n_out;
+    }
     // A small model's whole layer fits in L2 many times over: all of it now, nothing beside attention.
     const bool whole = prefetch && layer_bytes <= (int64_t(16) << 20);
+    // Above 6 bits a weight the products keep DRAM busy enough that pulls beside them only compete (Q8_0, BF16).
+    const bool beside = prefetch && !whole && layer_bytes * 4 <= layer_weights * 3;
     for (const DevWeight* w : mats)
-      if (w->q && (whole || w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)) pull(*w);
+      if (w->q && (whole || (beside && (w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)))) pull(*w);
     // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
     const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
@@ -159,9 +165,9 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       }
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq);
     }
-    // Beside RoPE and attention: o, and the first half of each gate|up tile (what its first blocks read), all that
-    // fits in L2 beside o. Not where attention itself streams megabytes of keys and values from DRAM.
-    if (short_keys && !whole) {
+    // Beside RoPE and attention: o, and the first half of each gate|up tile (what its first blocks read), or as much
+    // as fits in L2 beside o. Not where attention itself streams megabytes of keys and values from DRAM.
+    if (short_keys && beside) {
       fork();
       pull(Ly.wo);
       pull(Ly.gate, 0.5);
