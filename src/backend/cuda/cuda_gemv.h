@@ -53,10 +53,7 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
-// Pulls w into L2 on the side stream (after cuda::side_fork), so a latency-bound product that follows reads it from
-// there; `head` < 1 takes that fraction of each 16-output tile's weights (tensor-core layout only; nothing
-// otherwise), cut further to at most `max_bytes`. Returns the bytes asked for. Changes no value; off with
-// TF_CUDA_PREFETCH=0.
+// Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.
 int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes);
 // What the pulls of one fork may take together: most of L2, so the last pulled do not evict the first.
 int64_t prefetch_budget();

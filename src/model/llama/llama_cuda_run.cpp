@@ -135,7 +135,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     }
     // A small model's whole layer fits in L2 many times over: all of it now, nothing beside attention.
     const bool whole = prefetch && layer_bytes <= (int64_t(16) << 20);
-    // Above 6 bits a weight the products keep DRAM busy enough that pulls beside them only compete (Q8_0, BF16).
+    // Above 6 bits a weight (Q6_K, Q8_0, BF16) the products keep DRAM busy, so pulls beside them only compete.
     const bool beside = prefetch && !whole && layer_bytes * 4 <= layer_weights * 3;
     for (const DevWeight* w : mats)
       if (w->q && (whole || (beside && (w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)))) pull(*w);
