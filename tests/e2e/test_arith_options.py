@@ -1,4 +1,4 @@
-"""tools/oracle/arith_options.py: its roundings against worked values and CPython's half packing, and llama_ref's hook."""
+"""tools/oracle/arith_options.py: its roundings against worked values and CPython's half packing; llama_ref's hook."""
 import struct
 import subprocess
 import sys

@@ -53,8 +53,9 @@ for run in $NAMES; do
   fi
   [ "${ATTN:-0}" = 1 ] && optional_bench attention "$v" bench_cuda_attention "^\| [dp]"
   echo "== bench $run" >> "$L"
-  env ${envs[@]+"${envs[@]}"} timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 --pp-list "${PP:-512}" ${BENCHARGS:-} \
-    2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
+  env ${envs[@]+"${envs[@]}"} timeout 300 "/tmp/ab/$v/tensorfold" bench /tmp/q4.gguf --backend cuda -n 128 \
+    --pp-list "${PP:-512}" ${BENCHARGS:-} 2>&1 | grep -E "^pp|^tg|per token|streams|rror" >> "$L"
 done
-[ -z "${PROFILE:-}" ] || BIN="/tmp/ab/${PROFILE%%@*}/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"
+[ -z "${PROFILE:-}" ] ||
+  BIN="/tmp/ab/${PROFILE%%@*}/tensorfold" TOKENS=4 bash tools/gpu/gpu_profile.sh /tmp/q4.gguf "$LOGS" >> "$L"
 cat "$L"
