@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_sample.h"
 #include "cuda_buf.h"
@@ -27,6 +30,58 @@ double gumbel_ref(uint64_t seed, int64_t pos, int32_t v) {
   h = mix(h ^ (uint64_t(pos) * 0xD1B54A32D192ED03ull));
   h = mix(h ^ (uint64_t(uint32_t(v)) * 0x8CB92BA72F3D8DD7ull));
   return -std::log(-std::log((double(h >> 11) + 0.5) * 0x1.0p-53));
+}
+
+// Products of three formats reading one staged image (gemv_stage), two of them on the side stream, equal each product
+// staging its own; a staged product after another product (which may overwrite the image) is refused.
+std::string check_staged_products(std::mt19937& rng) {
+  const int64_t E = 512, rows = cuda::gemv_split_rows() + 8;
+  const GgmlType types[3] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+  const int64_t outs[3] = {256, 64, 128};
+  std::deque<Buf<uint8_t>> dw;  // Buf neither copies nor moves
+  std::vector<cuda::DeviceMatrix> m;
+  for (int i = 0; i < 3; ++i) {
+    const auto w = random_weight(types[i], E, outs[i], rng);
+    dw.emplace_back(std::vector<uint8_t>(cuda::device_matrix_bytes(types[i], E, outs[i])));
+    m.push_back(cuda::upload_matrix(types[i], w.data(), E, outs[i], dw.back().p));
+  }
+  Buf<float> x(random_floats(size_t(rows * E), rng)), wn(random_floats(size_t(E), rng));
+  Buf<float> h(std::vector<float>(size_t(rows * E))), xs(std::vector<float>(size_t(rows * E))),
+      xsum(std::vector<float>(size_t(rows * E / 32)));
+  cuda::rmsnorm(x.p, wn.p, rows, E, 1e-5f, h.p, xs.p, xsum.p);
+  const cuda::SplitX pre{xs.p, xsum.p};
+  std::deque<Buf<float>> alone, staged;
+  for (int i = 0; i < 3; ++i) {
+    alone.emplace_back(std::vector<float>(size_t(rows * outs[i]), 1.0f));
+    staged.emplace_back(std::vector<float>(size_t(rows * outs[i]), std::nanf("")));
+    cuda::gemv(m[size_t(i)], h.p, rows, alone.back().p, nullptr, pre);
+  }
+  if (cuda::gemv_stage(m[0], cuda::gemv_split_rows(), pre)) return "a few-row product was staged";
+  if (!cuda::gemv_stage(m[0], rows, pre))
+    return cuda::mma_wgmma_device() && cuda::mma_wgmma_mode() != 0 ? "many rows were not staged" : "";
+  cuda::SplitX st = pre;
+  st.staged = true;
+  cuda::side_fork();
+  {
+    cuda::SideLaunches side;
+    cuda::gemv(m[1], h.p, rows, staged[1].p, nullptr, st);
+    cuda::gemv(m[2], h.p, rows, staged[2].p, nullptr, st);
+  }
+  cuda::gemv(m[0], h.p, rows, staged[0].p, nullptr, st);
+  if (!cuda::side_join()) return "side_join failed";
+  for (int i = 0; i < 3; ++i)
+    if (int64_t d = first_bit_difference(alone[size_t(i)].get().data(), staged[size_t(i)].get().data(),
+                                         size_t(rows * outs[i]));
+        d >= 0)
+      return fmt::format("{}: the staged product differs at {}", ggml_type_name(types[i]), d);
+  try {
+    cuda::gemv(m[1], h.p, rows, staged[1].p, nullptr, st);  // after the unstaged products of the staged ones' call
+    cuda::gemv(m[0], h.p, rows, staged[0].p, nullptr, pre);
+    cuda::gemv(m[2], h.p, rows, staged[2].p, nullptr, st);
+  } catch (const std::logic_error&) {
+    return {};
+  }
+  return "a staged product after an unstaged one was not refused";
 }
 
 }  // namespace
@@ -333,7 +388,7 @@ std::string check_cuda_split_producers() {
         first_bit_difference(xsum_a.data(), xsum.get().data(), xsum_a.size()) >= 0)
       return fmt::format("swiglu from partials rows={}: the split output differs", rows);
   }
-  return {};
+  return check_staged_products(rng);
 }
 
 }  // namespace tf::contract

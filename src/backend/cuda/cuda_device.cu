@@ -96,6 +96,13 @@ cudaStream_t side_stream() {
   return s;
 }
 
+namespace {
+thread_local bool g_on_side = false;
+}  // namespace
+cudaStream_t current_stream() { return g_on_side ? side_stream() : launch_stream(); }
+SideLaunches::SideLaunches() { g_on_side = true; }
+SideLaunches::~SideLaunches() { g_on_side = false; }
+
 void side_fork() {
   const cudaStream_t s = launch_stream();  // first: it creates the events
   check(cudaEventRecord(g_fork, s), "fork record");

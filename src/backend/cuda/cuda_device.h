@@ -34,6 +34,12 @@ void event_destroy(void* e);
 // launched so far; side_join makes the launch stream wait for every side launch (false if CUDA refused).
 void side_fork();
 bool side_join() noexcept;
+struct SideLaunches {  // between side_fork and side_join: this thread's kernel launches go to the side stream
+  SideLaunches();
+  ~SideLaunches();
+  SideLaunches(const SideLaunches&) = delete;
+  SideLaunches& operator=(const SideLaunches&) = delete;
+};
 // TF_CUDA_PREFETCH: 0 leaves one-row products' weights to be read from DRAM, 1 (or unset) pulls them into L2 first.
 int prefetch_mode();
 

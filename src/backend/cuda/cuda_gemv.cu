@@ -171,6 +171,13 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
   check(cudaGetLastError(), "gemv launch");
 }
 
+bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre) {
+  if (!w.mma || !pre.xs) return false;
+  const bool staged = mma_stage(w, n_rows, pre, active_control());
+  check(cudaGetLastError(), "gemv stage launch");
+  return staged;
+}
+
 Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const SplitX& pre, float* buf) {
   if (!w.mma || n_rows == 0) {
     gemv(w, x, n_rows, y, nullptr, pre);

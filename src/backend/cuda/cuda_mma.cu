@@ -136,11 +136,48 @@ int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows) {
   return n_rows <= kMmaSplitRows ? int64_t(w.slices) * n_rows * w.n_out : 0;
 }
 
+namespace {
+// What mma_stage left in the scratch: products with pre.staged must match it, or they would read another x's image.
+struct Staged {
+  int64_t n_in = -1, n_rows = -1;
+  int slices = -1;
+  uint64_t generation = 0;
+  const void* xs = nullptr;
+};
+Staged g_staged;
+
+// Where x's warpgroup-mma image lives in the scratch: after xs and xsum, the same place for every product of n_in.
+void wg_image(MmaArgs& a, int64_t n_in, int64_t n_rows) {
+  auto* base = static_cast<uint8_t*>(g_scratch);
+  a.xw = base + align256(size_t(n_rows * n_in) * 4) + align256(size_t(n_rows * (n_in / 32)) * 4);
+  a.xsw = reinterpret_cast<float*>(a.xw + wg_xw_bytes(n_in, n_rows));
+}
+}  // namespace
+
+bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl) {
+  g_staged = {};
+  if (!pre.xs || n_rows <= 0 || n_rows > (int64_t(1) << 30) || !wgmma_wanted(n_rows)) return false;
+  mma_reserve(scratch_bytes(w, n_rows, true));
+  MmaArgs a{w, static_cast<const uint4*>(pre.xs), pre.xsum, int(n_rows), nullptr, nullptr, nullptr, ctl};
+  wg_image(a, w.n_in, n_rows);
+  launch_wg_stage(a);
+  g_staged = {w.n_in, n_rows, w.slices, g_generation, pre.xs};
+  return true;
+}
+
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre, Partials* defer, float* buf) {
   if (n_rows > (int64_t(1) << 30)) throw std::runtime_error("CUDA products: too many rows");
   if (n_rows <= 0) return;  // the kernels clamp reads to the last row, so they need one
   const bool wg = wgmma_wanted(n_rows);
+  if (pre.staged) {  // only reads the scratch: no split, no stage, no partials (many rows), no new allocation
+    const Staged& s = g_staged;
+    if (!wg || pre.xs != s.xs || w.n_in != s.n_in || n_rows != s.n_rows || w.slices != s.slices ||
+        s.generation != g_generation || scratch_bytes(w, n_rows, true) > g_scratch_bytes)
+      throw std::logic_error("CUDA products: a staged product must follow mma_stage of the same activations");
+  } else {
+    g_staged = {};  // this call may overwrite the image
+  }
   mma_reserve(scratch_bytes(w, n_rows, wg));
   auto* base = static_cast<uint8_t*>(g_scratch);
   auto* xs = reinterpret_cast<uint4*>(base);
@@ -163,9 +200,9 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
-  if (wg) {  // after xs and xsum (no partials with many rows); the stage kernel fills it
-    a.xw = reinterpret_cast<uint8_t*>(part);
-    a.xsw = reinterpret_cast<float*>(a.xw + wg_xw_bytes(w.n_in, n_rows));
+  if (wg) {  // after xs and xsum (no partials with many rows); the stage kernel fills it, or mma_stage did
+    wg_image(a, w.n_in, n_rows);
+    a.staged = pre.staged;
   }
   if (!mma_kernels_a(a) && !mma_kernels_b(a)) throw std::runtime_error("CUDA products: no tensor-core kernel");
   if (split && defer) {

@@ -14,6 +14,8 @@ uint64_t mma_scratch_generation();
 // With `defer`, a split product's partials are left (in buf, or the scratch) and described there instead of added.
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
+// x's warpgroup-mma image into the scratch once, for products of n_in columns with pre.staged (gemv_stage).
+bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
 int64_t mma_split_rows();
 // Many-row products on warpgroup mma (sm_90a): 1 on (default), 0 never (TF_MMA_WGMMA=0 or mma_set_wgmma(0)).

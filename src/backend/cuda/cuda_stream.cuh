@@ -9,6 +9,8 @@ namespace tf::cuda {
 // The stream every kernel of the backend is launched on (one per process; blocking, so plain copies order with it).
 cudaStream_t launch_stream();
 cudaStream_t side_stream();  // created non-blocking: joins the launch stream only through side_fork / side_join
+// Where launch_k puts this thread's kernels: the launch stream, or the side stream inside a SideLaunches scope.
+cudaStream_t current_stream();
 // Programmatic dependent launch, unless TF_CUDA_PDL=0 or the loaded kernels lack grid_wait's instruction.
 bool pdl_on();
 
@@ -26,7 +28,7 @@ void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... a
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = launch_stream();
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = current_stream();
   cfg.attrs = attr, cfg.numAttrs = 1;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
   if (e != cudaSuccess) {

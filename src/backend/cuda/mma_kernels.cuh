@@ -44,6 +44,7 @@ struct MmaArgs {
   int round = 0;          // mma_block_kernel: slices parked in shared memory per round
   uint8_t* xw = nullptr;  // set when mma_gemv chose warpgroup mma: x in the blocks' shared-memory image
   float* xsw = nullptr;
+  bool staged = false;  // xw already holds x's image (mma_stage), so the product launches no stage kernel
 };
 
 // Units a warp of one 16 x 8 tile loads before its first mma; larger tiles keep their registers for accumulators.

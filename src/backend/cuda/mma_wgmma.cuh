@@ -262,12 +262,18 @@ bool wgmma_takes(const MmaArgs& A) {
   return ready && A.xw != nullptr;
 }
 
-template <int kType>
-void launch_wgmma(const MmaArgs& A) {
+// x rearranged into the blocks' shared-memory image (A.xw, A.xsw): one kernel, whatever the weights' format.
+inline void launch_wg_stage(const MmaArgs& A) {
   const int64_t blocks = wg_row_blocks(A.n_rows), steps = A.w.n_in / 16;
   const int64_t work = std::max<int64_t>(blocks * kWgRows * steps, blocks * A.w.slices * kWgRows * 8);
   launch_k(mma_wg_stage_kernel<0>, unsigned((work + 255) / 256), 256, 0, A.xs, A.xsum, A.w.n_in, int64_t(A.n_rows),
            A.w.slices, A.xw, A.xsw, A.ctl);
+}
+
+template <int kType>
+void launch_wgmma(const MmaArgs& A) {
+  const int64_t blocks = wg_row_blocks(A.n_rows);
+  if (!A.staged) launch_wg_stage(A);
   const dim3 grid(unsigned(wg_col_blocks(A.w.n_out)), unsigned(blocks));
   launch_k(mma_wgmma_kernel<kType>, grid, kWgWarps * 32, kWgSmem, A);
   mma_note_wgmma_launch();

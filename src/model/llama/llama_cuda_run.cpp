@@ -150,6 +150,20 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = Dq + 2 * Dkv;
       ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
+    } else if (!Ly.bq && !Ly.bk && !Ly.bv && n > cuda::gemv_split_rows() && cuda::gemv_stage(Ly.wq, n, pre_e)) {
+      // Many rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
+      cuda::SplitX st = pre_e;
+      st.staged = true;
+      cuda::side_fork();
+      struct QkvJoin {  // joined before rope_store, also when a launch throws
+        ~QkvJoin() { cuda::side_join(); }
+      } qkv_join;
+      {
+        cuda::SideLaunches side;
+        cuda::gemv(Ly.wk, h_, n, k_, nullptr, st);
+        cuda::gemv(Ly.wv, h_, n, v_, nullptr, st);
+      }
+      cuda::gemv(Ly.wq, h_, n, q_, nullptr, st);
     } else {
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bk || Ly.bv) {  // a bias comes after the slices are added
