@@ -100,8 +100,8 @@ namespace {
 thread_local bool g_on_side = false;
 }  // namespace
 cudaStream_t current_stream() { return g_on_side ? side_stream() : launch_stream(); }
-SideLaunches::SideLaunches() { g_on_side = true; }
-SideLaunches::~SideLaunches() { g_on_side = false; }
+SideLaunches::SideLaunches() : was(g_on_side) { g_on_side = true; }
+SideLaunches::~SideLaunches() { g_on_side = was; }
 
 void side_fork() {
   const cudaStream_t s = launch_stream();  // first: it creates the events

@@ -37,6 +37,7 @@ bool side_join() noexcept;
 struct SideLaunches {  // between side_fork and side_join: this thread's kernel launches go to the side stream
   SideLaunches();
   ~SideLaunches();
+  bool was;  // the scope outside this one
   SideLaunches(const SideLaunches&) = delete;
   SideLaunches& operator=(const SideLaunches&) = delete;
 };

@@ -47,7 +47,7 @@ uint64_t gemv_scratch_generation();
 // itself), y = residual + that sum, one rounding, as a separate add would give.
 // Activations a producing kernel (rmsnorm, swiglu_pairs) already split for tensor-core products of rows n_in long:
 // xs holds n_rows * n_in * 4 bytes, xsum n_rows * n_in / 32 floats. Products of tiled-layout matrices ignore it.
-// staged: gemv_stage already put x's warpgroup-mma image in the product scratch, so the product only reads it.
+// staged: only since gemv_stage, and only staged products between, so the image in the scratch is still this x's.
 struct SplitX {
   void* xs = nullptr;
   float* xsum = nullptr;
@@ -55,9 +55,7 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
-// Many rows on warpgroup mma: x's shared-memory image staged once for the products of w's column count that follow
-// with pre.staged set (Q, K and V of one norm), which then only read the scratch and may run side by side. False,
-// with nothing launched, where products of n_rows rows of w take no warpgroup mma (they then stage their own).
+// One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre);
 // Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.
 int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes);

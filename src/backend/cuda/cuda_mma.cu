@@ -174,7 +174,8 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
     const Staged& s = g_staged;
     if (!wg || pre.xs != s.xs || w.n_in != s.n_in || n_rows != s.n_rows || w.slices != s.slices ||
         s.generation != g_generation || scratch_bytes(w, n_rows, true) > g_scratch_bytes)
-      throw std::logic_error("CUDA products: a staged product must follow mma_stage of the same activations");
+      throw std::logic_error("CUDA products: a staged product must follow gemv_stage of its activations, with only "
+                             "staged products between");
   } else {
     g_staged = {};  // this call may overwrite the image
   }

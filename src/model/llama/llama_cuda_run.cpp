@@ -155,8 +155,11 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       cuda::SplitX st = pre_e;
       st.staged = true;
       cuda::side_fork();
-      struct QkvJoin {  // joined before rope_store, also when a launch throws
-        ~QkvJoin() { cuda::side_join(); }
+      struct QkvJoin {  // a launch that throws still leaves no side work unjoined
+        bool done = false;
+        ~QkvJoin() {
+          if (!done) cuda::side_join();
+        }
       } qkv_join;
       {
         cuda::SideLaunches side;
@@ -164,6 +167,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
         cuda::gemv(Ly.wv, h_, n, v_, nullptr, st);
       }
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, st);
+      qkv_join.done = true;
+      TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
     } else {
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bk || Ly.bv) {  // a bias comes after the slices are added
