@@ -34,6 +34,12 @@ void event_destroy(void* e);
 // launched so far; side_join makes the launch stream wait for every side launch (false if CUDA refused).
 void side_fork();
 bool side_join() noexcept;
+struct SideJoin {  // joins at scope exit (also when a launch throws) unless done: side work never outlives its round
+  bool on = true;
+  ~SideJoin() {
+    if (on) side_join();
+  }
+};
 struct SideLaunches {  // between side_fork and side_join: this thread's kernel launches go to the side stream
   SideLaunches();
   ~SideLaunches();

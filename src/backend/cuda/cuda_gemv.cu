@@ -203,11 +203,7 @@ int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes) 
   if (prefetch_mode() == 0 || !w.q || max_bytes <= 0) return 0;
   const int64_t all = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
   if (double(all) * head > double(max_bytes)) head = double(max_bytes) / double(all);
-  static const unsigned blocks = [] {
-    int sms = 0;
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device attribute");
-    return unsigned(sms);
-  }();
+  static const unsigned blocks = unsigned(device_info(0).sm_count);
   auto go = [](const uint8_t* p, int64_t ranges, int64_t stride, int64_t len) {
     if (len <= 0 || ranges <= 0) return;
     // The bulk requests go out through each SM's copy engine: one block an SM spreads them.

@@ -107,12 +107,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   // graphs (launched one by one, the side launches cost more than they save) and only for one row, whose products
   // leave DRAM idlest.
   const bool prefetch = graph && n == 1 && cuda::prefetch_mode() != 0;
-  struct Join {  // every side launch is joined before the round ends, also when a launch throws
-    bool on;
-    ~Join() {
-      if (on) cuda::side_join();
-    }
-  } join{prefetch};
+  cuda::SideJoin join{prefetch};  // every side launch is joined before the round ends
   // At most what attention reads a layer: a table of keys and values per row (the graph's key: rows and width).
   const bool short_keys = n * width * page_size_ * kv_row_ * 2 * int64_t(sizeof(float)) <= (int64_t(8) << 20);
   int64_t left = 0;  // what this fork's pulls may still take: together they fit in L2, or the last evict the first
@@ -155,19 +150,14 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       cuda::SplitX st = pre_e;
       st.staged = true;
       cuda::side_fork();
-      struct QkvJoin {  // a launch that throws still leaves no side work unjoined
-        bool done = false;
-        ~QkvJoin() {
-          if (!done) cuda::side_join();
-        }
-      } qkv_join;
+      cuda::SideJoin qkv_join;
       {
         cuda::SideLaunches side;
         cuda::gemv(Ly.wk, h_, n, k_, nullptr, st);
         cuda::gemv(Ly.wv, h_, n, v_, nullptr, st);
       }
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, st);
-      qkv_join.done = true;
+      qkv_join.on = false;
       TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
     } else {
       cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
