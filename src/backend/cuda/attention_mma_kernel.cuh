@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part) {
   constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
+  static_assert(16 * T <= 32, "a pass's M rows are one warp's ballot");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& S = *reinterpret_cast<AttnSmem<D, T>*>(smem_raw);
   const int G = n_head / n_kv_head, RT = 16 / G;
@@ -121,6 +122,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int m = g + 8 * hr;
         lim[mt][hr] = in_pass(mt, m, seq) ? row_keys(pos, row0 + mt * RT + m / G) : 0;
       }
+    // The pass's M rows (tile mt's row m at bit 16 mt + m): the stores visit only these.
+    const uint32_t act = __ballot_sync(0xffffffffu, lane < 16 * T && in_pass(lane / 16, lane % 16, seq));
     if (!waited) grid_wait(), waited = true;  // Q, keys and outputs are the previous kernels'
     if constexpr (T == 1) {
       load_q(0, qh, ql);
@@ -413,10 +416,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         put(acc);
         __syncthreads();
         // Parked for the combine kernel; a row within chunk 0 is finished here (one chunk's fold is that chunk).
-        for (int i = warp; i < 16 * T * (D / 32); i += kWarps) {
-          const int mm = i / (D / 32), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32, h = kvh * G + m % G;
+        for (int i = warp; i < __popc(act) * (D / 32); i += kWarps) {
+          const int mm = __fns(act, 0, i / (D / 32) + 1), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32;
+          const int h = kvh * G + m % G;
           const int64_t r = row0 + mt * RT + m / G, col = int64_t(h) * D + d0;
-          if (!in_pass(mt, m, seq)) continue;
           float* pp = part + ((c * n_rows + r) * n_head + h) * (D + 2);
           if (lane == 0 && d0 == 0) pp[0] = S.Mx[mm], pp[1] = S.L[mm];
           pp[2 + d0 + lane] = S.o[mm][d0 + lane];
@@ -453,10 +456,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     if (part) continue;
     // A warp per (M row, 32 columns), lane k on column k: coalesced stores, and the split for the output product.
-    for (int i = warp; i < 16 * T * (D / 32); i += kWarps) {
-      const int mm = i / (D / 32), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32;
+    for (int i = warp; i < __popc(act) * (D / 32); i += kWarps) {
+      const int mm = __fns(act, 0, i / (D / 32) + 1), mt = mm / 16, m = mm % 16, d0 = (i % (D / 32)) * 32;
       const int64_t r = row0 + mt * RT + m / G, col = (int64_t(kvh) * G + m % G) * D + d0;
-      if (!in_pass(mt, m, seq)) continue;
       store_row(S.o[mm][d0 + lane], S.run_l[mm], r, col, int64_t(n_head) * D, out, xs, xsum);
     }
     __syncthreads();
