@@ -18,7 +18,7 @@ constexpr size_t kWgStepBytes = size_t(2) * 2 * kWgRows * 16;  // one step's hi 
 constexpr size_t kWgXsumBytes = kWgRows * 8 * 4;               // a slice's group sums of the block's rows
 constexpr size_t kWgBuf = 16 * kWgStepBytes + kWgXsumBytes;    // one slice: B, then the group sums
 constexpr size_t kWgSmem = 2 * kWgBuf + 16;                    // two slices in flight, and their two barriers
-static_assert(kWgSmem < (size_t(1) << 18), "descriptors add step offsets below the 2^18 shared-address limit");
+static_assert(kWgSmem <= 227 * 1024, "an sm_90 block's shared window (227 KB) keeps descriptor addresses below 2^18");
 
 // The grid of a product's wgmma kernel: 128-output column blocks x 64-row blocks (the launch and the scratch use it).
 __host__ __device__ inline int64_t wg_row_blocks(int64_t n_rows) { return (n_rows + kWgRows - 1) / kWgRows; }
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     uint32_t a[2][F::kSpg][4];
     // LBO: the next 8 columns (k) are 64 rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
     const uint64_t lbo_sbo = (uint64_t((kWgRows * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-    // Step 0's descriptor's low word; shared addresses stay below 2^18, so a step's offset adds into its 14-bit field.
+    // Step 0's descriptor's low word; an sm_90 block's shared addresses stay below 2^18, so offsets add without carry.
     const uint32_t desc0 = (sm_addr >> 4) | uint32_t(lbo_sbo);
     auto desc = [&](uint32_t off) { return (lbo_sbo >> 32 << 32) | (desc0 + (off >> 4)); };
     auto pin = [](float(&x)[32]) {  // orders reads of a finished group's accumulators after its wait
