@@ -191,11 +191,8 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
 }
 
 int64_t prefetch_budget() {
-  static const int64_t bytes = [] {
-    int l2 = 0;
-    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "device attribute");
-    return int64_t(l2) / 100 * 85;  // the rest for what the products read and write besides weights
-  }();
+  // The rest of L2 for what the products read and write besides weights.
+  static const int64_t bytes = int64_t(device_info(0).l2_bytes) / 100 * 85;
   return bytes;
 }
 
