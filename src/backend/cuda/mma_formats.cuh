@@ -13,6 +13,26 @@ __device__ __forceinline__ float mma_f16(uint32_t bits) { return __half2float(__
 __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
+// Weights are read once a product: evict-first leaves L2 to kernel code, activations and the KV cache.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint4 ld_weights(const uint4* a) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(a), "l"(l2_evict_first()));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_weights(const uint2* a) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(a), "l"(l2_evict_first()));
+  return v;
+}
 // (w & mask) | 0x43004300 in one LOP3: 128 + q as bf16, so bf16_sub takes 128 + bias off exactly.
 template <uint32_t kMask>
 __device__ __forceinline__ uint32_t bf16_magic(uint32_t w) {
@@ -58,7 +78,7 @@ struct MmaNibbles {  // Q4_0, Q4_1, Q4_K: step st is word st; pair i at bit 4i, 
   using Raw = MmaRaw4;
   static constexpr int kQ = 16;
   static __device__ Raw load(const uint8_t* q, const uint8_t*, int64_t at) {
-    return {__ldg(reinterpret_cast<const uint4*>(q) + at), {}};
+    return {ld_weights(reinterpret_cast<const uint4*>(q) + at), {}};
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
     const uint32_t w = mma_word(r.q, st);
@@ -96,7 +116,7 @@ struct MmaF<int(GgmlType::Q6_K)> {
   static constexpr int kQ = 16, kMeta = 5, kSpg = 1;
   static constexpr bool kMin = false, kScaled = true;
   static __device__ Raw load(const uint8_t* q, const uint8_t* h, int64_t at) {
-    return {__ldg(reinterpret_cast<const uint4*>(q) + at), __ldg(reinterpret_cast<const uint2*>(h) + at)};
+    return {ld_weights(reinterpret_cast<const uint4*>(q) + at), ld_weights(reinterpret_cast<const uint2*>(h) + at)};
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {  // 6-bit u = q + 32: bias 160
     const uint32_t w = mma_word(r.q, st), hw = ((st >> 1) ? r.h.y : r.h.x) >> (2 * (st & 1));
@@ -117,7 +137,7 @@ struct MmaF<int(GgmlType::Q8_0)> {  // step st: bytes 8st..8st+7, pair i at byte
   static constexpr bool kMin = false, kScaled = true;
   static __device__ Raw load(const uint8_t* q, const uint8_t*, int64_t at) {
     const uint4* p = reinterpret_cast<const uint4*>(q) + 2 * at;
-    return {{__ldg(p), __ldg(p + 1)}};
+    return {{ld_weights(p), ld_weights(p + 1)}};
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
 #pragma unroll
@@ -136,7 +156,7 @@ struct MmaF<int(GgmlType::BF16)> {  // step st: one uint4 of four bf16 pairs, th
   static constexpr bool kMin = false, kScaled = false;
   static __device__ Raw load(const uint8_t* q, const uint8_t*, int64_t at) {
     const uint4* p = reinterpret_cast<const uint4*>(q) + 4 * at;
-    return {{__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)}};
+    return {{ld_weights(p), ld_weights(p + 1), ld_weights(p + 2), ld_weights(p + 3)}};
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
     a[0] = r.q[st].x, a[1] = r.q[st].y, a[2] = r.q[st].z, a[3] = r.q[st].w;
