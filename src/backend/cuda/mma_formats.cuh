@@ -13,7 +13,7 @@ __device__ __forceinline__ float mma_f16(uint32_t bits) { return __half2float(__
 __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
-// Weights are read once a product: evict-first leaves L2 to kernel code, activations and the KV cache.
+// 4-bit and 6-bit weights, read once a product in whole lines: evict-first leaves L2 to code, activations and KV.
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
@@ -137,7 +137,7 @@ struct MmaF<int(GgmlType::Q8_0)> {  // step st: bytes 8st..8st+7, pair i at byte
   static constexpr bool kMin = false, kScaled = true;
   static __device__ Raw load(const uint8_t* q, const uint8_t*, int64_t at) {
     const uint4* p = reinterpret_cast<const uint4*>(q) + 2 * at;
-    return {{ld_weights(p), ld_weights(p + 1)}};
+    return {{__ldg(p), __ldg(p + 1)}};  // each line serves two loads, so it must stay cached between them
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
 #pragma unroll
@@ -156,7 +156,7 @@ struct MmaF<int(GgmlType::BF16)> {  // step st: one uint4 of four bf16 pairs, th
   static constexpr bool kMin = false, kScaled = false;
   static __device__ Raw load(const uint8_t* q, const uint8_t*, int64_t at) {
     const uint4* p = reinterpret_cast<const uint4*>(q) + 4 * at;
-    return {{ld_weights(p), ld_weights(p + 1), ld_weights(p + 2), ld_weights(p + 3)}};
+    return {{__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3)}};  // lines shared by loads: plain caching
   }
   static __device__ void frag(const Raw& r, int st, uint32_t (&a)[4]) {
     a[0] = r.q[st].x, a[1] = r.q[st].y, a[2] = r.q[st].z, a[3] = r.q[st].w;
