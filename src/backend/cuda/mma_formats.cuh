@@ -13,7 +13,7 @@ __device__ __forceinline__ float mma_f16(uint32_t bits) { return __half2float(__
 __device__ __forceinline__ uint32_t mma_word(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
-// 4-bit and 6-bit weights, read once a product in whole lines: evict-first leaves L2 to code, activations and KV.
+// 4- and 6-bit weights come in whole lines, once a decode product: evict-first leaves L2 to code, activations, KV.
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
