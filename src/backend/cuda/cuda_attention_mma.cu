@@ -83,7 +83,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
     throw std::runtime_error("CUDA attention: more key chunks than the partials were sized for");
   float* part = parallel ? chunks.part : nullptr;
   // Prefill takes two tiles a block (keys loaded once for both); other grids past the SM count two blocks an SM.
-  static const int64_t sms = device_info(0).sm_count;
+  const int64_t sms = launch_device().sm_count;
   const int64_t tiles = (n_rows + rt - 1) / rt;
   int b = g_force.load() >= 0 ? g_force.load() : env_build();
   if (b < 0) {

@@ -44,12 +44,19 @@ bool probe_pdl_code(cudaStream_t s) {
 
 namespace {
 cudaEvent_t g_fork = nullptr, g_join = nullptr;
+LaunchDevice g_dev;
 }  // namespace
 
 cudaStream_t launch_stream() {
   static cudaStream_t s = [] {
     cudaStream_t t = nullptr;
     check(cudaStreamCreate(&t), "stream create");
+    // Device facts now, so no kernel launcher asks the driver for them inside a stream capture.
+    int dev = 0;
+    cudaDeviceProp p{};
+    check(cudaGetDevice(&dev), "current device");
+    check(cudaGetDeviceProperties(&p, dev), "device properties");
+    g_dev = LaunchDevice{p.major, p.minor, p.multiProcessorCount, int64_t(p.l2CacheSize)};
     g_pdl_code = probe_pdl_code(t);  // before any capture can start, which needs this stream
     // The side stream and its events too, so no capture ever creates them.
     side_stream();
@@ -58,6 +65,11 @@ cudaStream_t launch_stream() {
     return t;
   }();
   return s;
+}
+
+const LaunchDevice& launch_device() {
+  launch_stream();
+  return g_dev;
 }
 
 static bool pdl_wanted() {  // the switch alone, so read_switches touches no device

@@ -192,16 +192,15 @@ Partials gemv_partials(const DeviceMatrix& w, const float* x, int64_t n_rows, fl
 
 int64_t prefetch_budget() {
   // The rest of L2 for what the products read and write besides weights.
-  static const int64_t bytes = int64_t(device_info(0).l2_bytes) / 100 * 85;
-  return bytes;
+  return launch_device().l2_bytes / 100 * 85;
 }
 
 int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes) {
   if (prefetch_mode() == 0 || !w.q || max_bytes <= 0) return 0;
   const int64_t all = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
   if (double(all) * head > double(max_bytes)) head = double(max_bytes) / double(all);
-  static const unsigned blocks = unsigned(device_info(0).sm_count);
-  auto go = [](const uint8_t* p, int64_t ranges, int64_t stride, int64_t len) {
+  const unsigned blocks = unsigned(launch_device().sm_count);
+  auto go = [blocks](const uint8_t* p, int64_t ranges, int64_t stride, int64_t len) {
     if (len <= 0 || ranges <= 0) return;
     // The bulk requests go out through each SM's copy engine: one block an SM spreads them.
     l2_prefetch_kernel<<<blocks, 128, 0, side_stream()>>>(p, ranges, stride, len);

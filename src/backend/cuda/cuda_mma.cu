@@ -89,7 +89,7 @@ void mma_read_switches() { split_forced(), wgmma_mode(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 bool mma_wgmma_device() {
-  static const DeviceInfo dev = device_info(0);
+  const LaunchDevice& dev = launch_device();
   return dev.major == 9 && dev.minor == 0;  // the sm_90a code runs on compute capability 9.0 only
 }
 

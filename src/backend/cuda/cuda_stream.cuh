@@ -1,6 +1,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -11,6 +12,12 @@ cudaStream_t launch_stream();
 cudaStream_t side_stream();  // created non-blocking: joins the launch stream only through side_fork / side_join
 // Where launch_k puts this thread's kernels: the launch stream, or the side stream inside a SideLaunches scope.
 cudaStream_t current_stream();
+// The launch stream's device, read when the stream is created (before any capture): launchers size grids by it.
+struct LaunchDevice {
+  int major = 0, minor = 0, sm_count = 0;
+  int64_t l2_bytes = 0;
+};
+const LaunchDevice& launch_device();
 // Programmatic dependent launch, unless TF_CUDA_PDL=0 or the loaded kernels lack grid_wait's instruction.
 bool pdl_on();
 
