@@ -71,6 +71,16 @@ def fixed_blocks(bits):
     return rnd
 
 
+def fp16_hi_lo_rows(x):
+    """fp16 hi + fp16 lo of each row under its power of two (max |x| scaled into [2^14, 2^15)): about 22 bits kept."""
+    x = np.asarray(x, dtype=np.float32).astype(np.float64)
+    mx = np.abs(x).max(axis=-1, keepdims=True)
+    s = np.exp2(14 - np.floor(np.log2(np.where(mx > 0, mx, 1.0))))
+    xs = x * s
+    hi = fp16(xs)
+    return (hi + fp16(xs - hi)) / s
+
+
 def fp16_weights(m):
     """The model with every product weight rounded to float16 (scales applied in half precision)."""
     layers = [replace(L, wq=fp16(L.wq), wk=fp16(L.wk), wv=fp16(L.wv), wo=fp16(L.wo), w_gate=fp16(L.w_gate),
@@ -82,6 +92,7 @@ OPTIONS = [  # (name, rounding of product inputs, weight transform)
     ("float32 x as bf16 hi + lo (the CUDA products now)", hi_lo, None),
     ("bf16 x (one mma a step)", bf16, None),
     ("fp16 x", fp16, None),
+    ("float32 x as fp16 hi + lo under a per-row power of two", fp16_hi_lo_rows, None),
     ("int8 x per 32 (q8_1-like)", q8_blocks, None),
     ("24-bit fixed-point x per 32 (three int8 limbs)", fixed_blocks(24), None),
     ("16-bit fixed-point x per 32 (two int8 limbs)", fixed_blocks(16), None),
