@@ -62,6 +62,9 @@ class Model {
   // Allocates the engine's page pool (host or device memory, as the backend needs): `n_pages` pages of
   // page_size * kv_floats_per_token() floats each; throws naming the size when it cannot.
   virtual void bind_kv(int64_t n_pages, int64_t page_size) = 0;
+  // After bind_kv: the largest round the caller will run (rows, rows wanting logits, a sequence's positions). Device
+  // backends allocate its scratch now, so a round never fails for memory later; throws naming the size.
+  virtual void reserve_rounds(int64_t max_rows, int64_t max_logit_rows, int64_t max_positions) {}
   // Runs every row; writes [n_wanted, n_vocab] logits in row order for rows with want_logits. Rows of one sequence
   // must be consecutive with increasing positions; a row's bits do not depend on the other rows.
   virtual void forward(const std::vector<BatchRow>& rows, float* logits) = 0;

@@ -1,5 +1,6 @@
 // The llama path on CUDA against the CPU backend and against itself: greedy agreement on SmolLM2, rows that do not
-// depend on their batch, and device candidates that sample exactly as full logits do. Exits 77 without a GPU.
+// depend on their batch, device candidates that sample exactly as full logits do, and rounds refused at startup
+// that are too large. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -200,6 +201,47 @@ TEST(CudaModel, RefusesWeightsLargerThanTheFreeMemory) {
   }
   cudaFree(hog);
   EXPECT_NO_THROW(load_model(model_path(), pool, "", "cuda"));  // the process is unharmed
+}
+
+TEST(CudaModel, RoundsTooLargeAreRefusedAtReservationAndTheModelServesOn) {
+  ThreadPool pool(0);
+  LoadedModel m = load_model(model_path(), pool, "", "cuda");
+  auto ids = m.tokenizer->encode(kPrompts[0]);
+  const Greedy before = greedy(*m.model, ids, 4);
+  DirectSequence seq(*m.model, 64);  // binds the pool the reservations are made against
+  auto refused = [&](int64_t rows, int64_t logit_rows, const char* says) {
+    try {
+      m.model->reserve_rounds(rows, logit_rows, 64);
+      ADD_FAILURE() << rows << " rows were reserved";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--chunk"), std::string::npos) << what;
+      EXPECT_NE(what.find(says), std::string::npos) << what;
+    }
+  };
+  refused(kCudaMaxRows + 1, 1, "65535");
+  // Leave 64 MiB free: 4,096 rows of logits alone need 768 MiB.
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  void* hog = nullptr;
+  ASSERT_EQ(cudaMalloc(&hog, free_b - (size_t(64) << 20)), cudaSuccess);
+  refused(4096, 4096, "could not be had");
+  cudaFree(hog);
+  // A forward past the grid limit is refused before any launch.
+  std::vector<BatchRow> rows(size_t(kCudaMaxRows + 1), BatchRow{&seq.pages(), 1, 0, false});
+  try {
+    m.model->forward(rows, nullptr);
+    ADD_FAILURE() << "a forward of " << rows.size() << " rows ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 65535"), std::string::npos) << e.what();
+  }
+  // The failed allocation left no error behind: the next rounds give the bits they gave before.
+  m.model->reserve_rounds(64, 8, 64);
+  const Greedy after = greedy(*m.model, ids, 4);
+  ASSERT_EQ(before.ids, after.ids);
+  for (size_t i = 0; i < before.logits.size(); ++i)
+    EXPECT_EQ(std::memcmp(before.logits[i].data(), after.logits[i].data(), before.logits[i].size() * sizeof(float)), 0)
+        << "generated token " << i;
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // A forward that throws ends the affected requests with finish_reason "error" and the reason, and the engine goes
-// on serving the next request.
+// on serving the next request. The largest round is reserved before the first one runs, and none exceeds it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -59,6 +63,82 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
   EXPECT_EQ(ok.finish_reason, "length");
   EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
   EXPECT_TRUE(ok.error.empty());
+}
+
+// Records the reservation and every round's size; refuses the reservation when told to.
+class RoundsModel : public Model {
+ public:
+  explicit RoundsModel(bool refuse) : refuse_(refuse) {
+    info_.family = "test", info_.n_vocab = 49152, info_.n_ctx_train = 4096;
+  }
+  const ModelInfo& info() const override { return info_; }
+  int64_t kv_floats_per_token() const override { return 2; }
+  void bind_kv(int64_t, int64_t) override {}
+  void reserve_rounds(int64_t rows, int64_t logit_rows, int64_t positions) override {
+    rows_ = rows, logit_rows_ = logit_rows, positions_ = positions;
+    if (refuse_) throw std::runtime_error("rounds of up to 24 rows need more device memory; lower --chunk");
+  }
+  void forward(const std::vector<BatchRow>& rows, float* logits) override {
+    int64_t want = 0;
+    for (const BatchRow& r : rows) {
+      if (!r.want_logits) continue;
+      ++want;
+      std::fill(logits, logits + info_.n_vocab, 0.0f);
+      logits[100] = 10.0f;  // every reply repeats one token, which the context drafter drafts
+      logits += info_.n_vocab;
+    }
+    seen_rows_ = std::max(seen_rows_, int64_t(rows.size()));
+    seen_logits_ = std::max(seen_logits_, want);
+  }
+  int64_t rows_ = -1, logit_rows_ = -1, positions_ = -1, seen_rows_ = 0, seen_logits_ = 0;
+
+ private:
+  ModelInfo info_;
+  bool refuse_;
+};
+
+TEST(EngineRounds, TheLargestRoundIsReservedAtStartupAndNoRoundExceedsIt) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  for (const char* drafter : {"auto", "none"}) {
+    RoundsModel model(false);
+    EngineOptions o;
+    o.parallel = 3, o.chunk = 8, o.draft_max = 4, o.context = 128, o.page_size = 16, o.prompt_cache_gib = 0.001;
+    o.drafter = drafter;
+    const int64_t per_decode = std::string(drafter) == "none" ? 1 : 5;
+    {
+      Engine engine(model, *tokp, o);
+      EXPECT_EQ(model.rows_, 3 * 8);
+      EXPECT_EQ(model.logit_rows_, 3 * per_decode);
+      EXPECT_EQ(model.positions_, 128);
+      std::vector<std::shared_ptr<RequestHandle>> hs;
+      for (int i = 0; i < 3; ++i) {
+        EngineRequest r;
+        for (int j = 0; j < 20; ++j) r.prompt.push_back(1 + i + j);  // three chunks of prompt each
+        r.max_tokens = 16, r.ignore_eos = true;
+        hs.push_back(engine.submit(r));
+      }
+      for (auto& h : hs) EXPECT_EQ(h->wait_result().finish_reason, "length");
+    }
+    EXPECT_LE(model.seen_rows_, 3 * 8) << drafter;
+    EXPECT_GE(model.seen_rows_, 8) << drafter;
+    EXPECT_LE(model.seen_logits_, 3 * per_decode) << drafter;
+    if (per_decode > 1) {
+      EXPECT_GT(model.seen_logits_, 3) << "drafts were verified";
+    }
+  }
+}
+
+TEST(EngineRounds, AReservationTheModelRefusesStopsTheEngineAtStartup) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  RoundsModel model(true);
+  EngineOptions o;
+  o.parallel = 3, o.chunk = 8, o.context = 128, o.page_size = 16, o.prompt_cache_gib = 0.001;
+  try {
+    Engine engine(model, *tokp, o);
+    FAIL() << "the engine started without its rounds' memory";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--chunk"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

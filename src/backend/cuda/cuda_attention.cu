@@ -101,7 +101,8 @@ void attention(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* 
   const size_t shared = size_t(max_keys + 1) * sizeof(float);
   static size_t granted = 48 * 1024;
   if (shared > granted) {
-    cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    cuda_check(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
+               "attention: shared memory");
     granted = shared;
   }
   launch_k(attention_kernel, unsigned(n_rows * n_head), kThreads, shared, q, q_stride, pos, row_seq, kv, n_head,

@@ -42,8 +42,7 @@ void launch_build(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, c
   constexpr size_t bytes = sizeof(AttnSmem<D, T>);
   static const cudaError_t ready =
       cudaFuncSetAttribute(attention_mma_kernel<D, B, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  if (ready != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA attention: shared memory: ") + cudaGetErrorString(ready));
+  cuda_check(ready, "attention: shared memory");
   launch_k(attention_mma_kernel<D, B, T>, grid, kWarps * 32, bytes, q, q_stride, n_rows, pos, row_seq, kv, n_head,
            n_kv_head, scale, out, xs, xsum, part);
 }

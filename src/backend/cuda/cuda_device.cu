@@ -14,9 +14,7 @@
 
 namespace tf::cuda {
 namespace {
-void check(cudaError_t e, const char* op) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
-}
+constexpr auto& check = cuda_check;
 
 // Whether the loaded device code has griddepcontrol (grid_wait is empty below sm_90, e.g. JIT from older PTX).
 __global__ void pdl_probe_kernel(int* out) {
@@ -167,6 +165,12 @@ void* capture_end() {
   cudaGraphDestroy(g);
   check(e, "graph instantiate");
   return exec;
+}
+
+void capture_abort() noexcept {
+  cudaGraph_t g = nullptr;
+  if (cudaStreamEndCapture(launch_stream(), &g) == cudaSuccess && g) cudaGraphDestroy(g);
+  cudaGetLastError();  // an invalidated capture reports here; the next round starts clean
 }
 
 void graph_launch(void* graph) {

@@ -22,6 +22,7 @@ void stream_sync();
 // Records every launch on the stream between begin and end into a replayable graph.
 void capture_begin();
 void* capture_end();
+void capture_abort() noexcept;  // ends a capture that failed part way and drops what it recorded
 void graph_launch(void* graph);
 void graph_destroy(void* graph);
 

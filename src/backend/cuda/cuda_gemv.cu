@@ -22,9 +22,7 @@ bool weight_kernels_quant(const DeviceMatrix& w, const float* x, int64_t n_rows,
 
 namespace {
 
-void check(cudaError_t e, const char* op) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
-}
+constexpr auto& check = cuda_check;
 
 int active_control() {
 #if defined(TF_CTL) && TF_CTL

@@ -22,9 +22,7 @@ bool mma_kernels_b(const MmaArgs& a);
 
 namespace {
 
-void check(cudaError_t e, const char* op) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
-}
+constexpr auto& check = cuda_check;
 
 // A thread per (row, 32-column group): the group's sum in column order and its hi/lo fragments for both steps.
 __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint4* __restrict__ xs,

@@ -13,10 +13,7 @@
 namespace tf::cuda {
 namespace {
 
-void check_launch(const char* op) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
-}
+void check_launch(const char* op) { cuda_check(cudaGetLastError(), op); }
 
 constexpr int kNormThreads = 256;
 constexpr int64_t kNormRowsOneBlock = 64;  // a wave of one-block rows: no need to spread a row over blocks

@@ -309,8 +309,8 @@ void candidates(const float* logits, int64_t n_rows, int64_t n_vocab, const Samp
   const size_t staged = size_t(nb) * kCandidates * sizeof(float);
   static size_t allowed = 0;  // the default allows 48 KB less the static arrays: set the dynamic size explicitly
   if (staged > allowed) {
-    cudaError_t a = cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged));
-    if (a != cudaSuccess) throw std::runtime_error(std::string("CUDA candidates: ") + cudaGetErrorString(a));
+    cuda_check(cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged)),
+               "candidates: shared memory");
     allowed = staged;
   }
   launch_k(merge_kernel, unsigned(n_rows), kMergeT, staged, n_vocab, params, parts, out);

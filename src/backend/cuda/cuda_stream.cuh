@@ -29,6 +29,13 @@ __device__ __forceinline__ void grid_wait() {
 #endif
 }
 
+// Throws on a CUDA error, clearing it first so that the next round's launch checks do not report it again.
+inline void cuda_check(cudaError_t e, const char* op) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
+}
+
 template <typename... P, typename... A>
 void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
   cudaLaunchAttribute attr[1];

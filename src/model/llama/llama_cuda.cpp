@@ -288,11 +288,33 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   page_size_ = page_size;
 }
 
-void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
-  if (n_rows <= cap_rows_ && table_ints <= cap_table_) return;
+void LlamaCudaModel::reserve_rounds(int64_t max_rows, int64_t max_logit_rows, int64_t max_positions) {
+  if (max_rows > kCudaMaxRows)
+    fail("rounds of up to {} rows exceed the {} rows a CUDA forward takes; lower --chunk or --parallel", max_rows,
+         kCudaMaxRows);
+  if (!kv_) fail("reserve_rounds needs the KV pool bound first");
+  const int64_t pages = std::min((max_positions + page_size_ - 1) / page_size_, kCudaMaxContext / page_size_);
+  int64_t width = 4;  // the page-table width stage_inputs gives such rows
+  while (width < pages) width *= 2;
+  width = std::min(width, kCudaMaxContext / page_size_);
+  const int64_t logit_rows = std::min(max_rows, max_logit_rows);
+  try {
+    ensure_capacity(max_rows, logit_rows, max_rows * width);
+  } catch (const std::exception& e) {
+    fail("rounds of up to {} rows ({} with logits) need device scratch beside the KV pool that could not be had ({}); "
+         "lower --chunk, --parallel or --context",
+         max_rows, logit_rows, e.what());
+  }
+}
+
+void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints) {
+  if (n_rows <= cap_rows_ && n_logit_rows <= cap_logits_ && table_ints <= cap_table_) return;
   drop_graphs();  // graphs hold the old buffers' addresses
-  const int64_t rows = std::max<int64_t>(n_rows, std::max<int64_t>(16, cap_rows_ * 2));
-  const int64_t table = std::max<int64_t>(table_ints, std::max<int64_t>(256, cap_table_ * 2));
+  auto grow = [](int64_t need, int64_t cap, int64_t least) {
+    return need <= cap ? cap : std::max(need, std::max(least, cap * 2));
+  };
+  const int64_t rows = grow(n_rows, cap_rows_, 16), table = grow(table_ints, cap_table_, 256);
+  const int64_t LR = std::min(rows, grow(n_logit_rows, cap_logits_, 16));  // logits and candidates: those rows only
   const auto& c = cfg_;
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;
   const int64_t sizes[] = {R * E,
@@ -304,7 +326,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
                            R * E,
                            R * 2 * F,
                            R * F,
-                           R * c.n_vocab,
+                           LR * c.n_vocab,
                            R * std::max({E, F, Dq}),
                            R * std::max({E, F, Dq}) / 32,
                            partial_floats(&DevLayer::wk, R),
@@ -312,7 +334,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   size_t total = 0;
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total +=
-      align_up(size_t(R) * sizeof(cuda::RowCandidatesDev)) + align_up(cuda::candidates_scratch_bytes(R, c.n_vocab));
+      align_up(size_t(LR) * sizeof(cuda::RowCandidatesDev)) + align_up(cuda::candidates_scratch_bytes(LR, c.n_vocab));
   const size_t staging = align_up(size_t(4 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
                          align_up(size_t(R) * sizeof(cuda::SampleRow));
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
@@ -331,7 +353,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
   if (staging_dev_) cuda::device_free(staging_dev_);
   if (staging_host_) cuda::host_free_pinned(staging_host_);
   scratch_ = scratch, staging_dev_ = dev, staging_host_ = host, staging_bytes_ = staging;
-  cap_rows_ = rows, cap_table_ = table;
+  cap_rows_ = rows, cap_logits_ = LR, cap_table_ = table;
   float** bufs[] = {&x_, &h_, &q_, &k_, &v_, &att_, &o_, &g_, &u_, &logits_, &xs_, &xsum_, &kpart_, &vpart_};
   size_t off = 0;
   for (size_t i = 0; i < std::size(bufs); ++i) {
@@ -339,7 +361,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t table_ints) {
     off += align_up(size_t(sizes[i]) * 4);
   }
   cand_ = static_cast<char*>(scratch_) + off;
-  cand_scratch_ = static_cast<char*>(cand_) + align_up(size_t(R) * sizeof(cuda::RowCandidatesDev));
+  cand_scratch_ = static_cast<char*>(cand_) + align_up(size_t(LR) * sizeof(cuda::RowCandidatesDev));
 }
 
 }  // namespace tf

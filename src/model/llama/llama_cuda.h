@@ -11,6 +11,8 @@
 
 namespace tf {
 
+// The most rows one forward takes: kernels put rows on grid dimension y, which CUDA caps at 65,535.
+constexpr int64_t kCudaMaxRows = 65535;
 // Rows up to which decode attention runs a block per 256-key chunk (their partials are sized for this many).
 constexpr int64_t kAttnChunkRows = 32;
 
@@ -23,6 +25,7 @@ class LlamaCudaModel : public Model {
   const ModelInfo& info() const override { return info_; }
   int64_t kv_floats_per_token() const override { return cfg_.n_layer * 2 * kv_row_; }
   void bind_kv(int64_t n_pages, int64_t page_size) override;
+  void reserve_rounds(int64_t max_rows, int64_t max_logit_rows, int64_t max_positions) override;
   void forward(const std::vector<BatchRow>& rows, float* logits) override;
   bool device_sampling() const override { return true; }
   void forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
@@ -41,7 +44,7 @@ class LlamaCudaModel : public Model {
   };
 
  private:
-  void ensure_capacity(int64_t n_rows, int64_t table_ints);
+  void ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints);
   void drop_graphs();
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
@@ -60,8 +63,8 @@ class LlamaCudaModel : public Model {
   std::vector<DevLayer> layers_;
   float* kv_ = nullptr;
   int64_t kv_pages_ = 0, page_size_ = 0;
-  // Scratch and staging, sized for cap_rows_ rows and a page table of cap_table_ ints.
-  int64_t cap_rows_ = 0, cap_table_ = 0;
+  // Scratch and staging, sized for cap_rows_ rows (cap_logits_ of them with logits) and cap_table_ page-table ints.
+  int64_t cap_rows_ = 0, cap_logits_ = 0, cap_table_ = 0;
   void* scratch_ = nullptr;
   void* staging_dev_ = nullptr;
   void* staging_host_ = nullptr;

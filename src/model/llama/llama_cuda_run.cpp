@@ -45,9 +45,11 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
                                      int64_t& n_logits) {
   const auto& c = cfg_;
   const int64_t n = int64_t(rows.size()), half = c.n_rot / 2;
-  int64_t max_pages = 1;
+  int64_t max_pages = 1, want = 0;
   if (!kv_) fail("no KV pool is bound on the device");
+  if (n > kCudaMaxRows) fail("a forward of {} rows: the CUDA kernels take at most {}", n, kCudaMaxRows);
   for (const auto& r : rows) {
+    want += r.want_logits ? 1 : 0;
     TF_CHECK(r.pages && r.pos >= 0 && r.pos / page_size_ < int64_t(r.pages->size()),
              "row position {} outside its sequence's pages", r.pos);
     TF_CHECK(r.token >= 0 && r.token < c.n_vocab, "row token {} outside the vocabulary", r.token);
@@ -58,7 +60,7 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   TF_CHECK(max_pages * page_size_ <= kMaxKeys, "a sequence of {} positions exceeds the CUDA attention limit of {} keys",
            max_pages * page_size_, kMaxKeys);
   width = std::min(width, (kMaxKeys / page_size_));
-  ensure_capacity(n, n * width);
+  ensure_capacity(n, want, n * width);
   Layout L{n, width, half};
   void* h = staging_host_;
   std::memset(L.table(h), 0, size_t(n * width) * 4);
@@ -238,25 +240,30 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
   const int64_t width = stage_inputs(rows, sampling, n_logits);
   const bool sample = sampling != nullptr;
   void* t0 = cuda::event_record_now();
-  if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
-    // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
-    if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
-    graphs_generation_ = cuda::gemv_scratch_generation();
-    auto key = std::make_tuple(n, width, sample);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      cuda::capture_begin();
-      try {
-        launch(n, n_logits, width, sample, true);
-      } catch (...) {
-        cuda::graph_destroy(cuda::capture_end());
-        throw;
+  try {
+    if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
+      // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
+      if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
+      graphs_generation_ = cuda::gemv_scratch_generation();
+      auto key = std::make_tuple(n, width, sample);
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) {
+        cuda::capture_begin();
+        try {
+          launch(n, n_logits, width, sample, true);
+        } catch (...) {
+          cuda::capture_abort();  // not instantiated: the partial graph could fail too and hide this error
+          throw;
+        }
+        it = graphs_.emplace(key, cuda::capture_end()).first;
       }
-      it = graphs_.emplace(key, cuda::capture_end()).first;
+      cuda::graph_launch(it->second);
+    } else {
+      launch(n, n_logits, width, sample, false);
     }
-    cuda::graph_launch(it->second);
-  } else {
-    launch(n, n_logits, width, sample, false);
+  } catch (...) {
+    cuda::event_destroy(t0);
+    throw;
   }
   void* t1 = cuda::event_record_now();
   last_device_ms_ = cuda::event_ms(t0, t1);
