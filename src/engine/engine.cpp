@@ -64,9 +64,9 @@ Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
   kv_ = std::make_unique<KvCache>(n_pages, opts_.page_size,
                                   uint64_t(info.n_params) * 0x9E3779B97F4A7C15ull ^ uint64_t(info.n_vocab));
   model_.bind_kv(n_pages, opts_.page_size);
-  // A round holds at most a prompt chunk, or a decode token and its drafts, per running sequence.
+  // A round holds at most a prompt chunk (no longer than the context), or a decode token and its drafts, per sequence.
   const int64_t per_decode = 1 + (drafter_ ? opts_.draft_max : 0);
-  model_.reserve_rounds(int64_t(opts_.parallel) * std::max(opts_.chunk, per_decode),
+  model_.reserve_rounds(int64_t(opts_.parallel) * std::max(std::min(opts_.chunk, opts_.context), per_decode),
                         int64_t(opts_.parallel) * per_decode, opts_.context);
   logits_.resize(size_t(model_.info().n_vocab));
   stats_.pages_total = n_pages;

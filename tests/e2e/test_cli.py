@@ -187,13 +187,13 @@ def test_cuda_refuses_a_head_size_it_cannot_run(tf_bin, model_path, tmp_path):
 
 
 def test_cuda_refuses_rounds_past_its_row_limit_at_startup(tf_bin, model_path):
-    # A round of --parallel x --chunk rows past the kernels' 65,535 is refused before serving, naming the settings.
+    # 17 prompt chunks of 4,096 rows can share a round: past the kernels' 65,535, refused before serving, by name.
     if not _runs_on_cuda(tf_bin, model_path):
         pytest.skip("needs a CUDA build on a machine with a GPU")
-    proc = tf(tf_bin, "serve", model_path, "--port", "1", "--backend", "cuda", "--parallel", "2", "--chunk", "40000",
-              timeout=60)
+    proc = tf(tf_bin, "serve", model_path, "--port", "1", "--backend", "cuda", "--context", "4096", "--parallel", "17",
+              "--chunk", "4096", "--prompt-cache-gib", "0", timeout=60)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "80000 rows" in out and "--chunk" in out and "--parallel" in out, shown(proc)
+    assert proc.returncode != 0 and "69632 rows" in out and "--chunk" in out and "--parallel" in out, shown(proc)
 
 
 @pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 2"), ("TF_MMA_SPLIT", "yes", "0 to 1"),

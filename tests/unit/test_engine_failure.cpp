@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,7 +67,7 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
   EXPECT_TRUE(ok.error.empty());
 }
 
-// Records the reservation and every round's size; refuses the reservation when told to.
+// Records the reservation and every round's size; holds its first round until opened; refuses when told to.
 class RoundsModel : public Model {
  public:
   explicit RoundsModel(bool refuse) : refuse_(refuse) {
@@ -78,13 +80,22 @@ class RoundsModel : public Model {
     rows_ = rows, logit_rows_ = logit_rows, positions_ = positions;
     if (refuse_) throw std::runtime_error("rounds of up to 24 rows need more device memory; lower --chunk");
   }
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
   void forward(const std::vector<BatchRow>& rows, float* logits) override {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return open_; });
+    }
     int64_t want = 0;
     for (const BatchRow& r : rows) {
       if (!r.want_logits) continue;
       ++want;
       std::fill(logits, logits + info_.n_vocab, 0.0f);
-      logits[100] = 10.0f;  // every reply repeats one token, which the context drafter drafts
+      logits[100 + (r.pos + 1) % 5] = 10.0f;  // replies of period 5, which the context drafter drafts four ahead
       logits += info_.n_vocab;
     }
     seen_rows_ = std::max(seen_rows_, int64_t(rows.size()));
@@ -95,6 +106,9 @@ class RoundsModel : public Model {
  private:
   ModelInfo info_;
   bool refuse_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
 };
 
 TEST(EngineRounds, TheLargestRoundIsReservedAtStartupAndNoRoundExceedsIt) {
@@ -104,26 +118,28 @@ TEST(EngineRounds, TheLargestRoundIsReservedAtStartupAndNoRoundExceedsIt) {
     EngineOptions o;
     o.parallel = 3, o.chunk = 8, o.draft_max = 4, o.context = 128, o.page_size = 16, o.prompt_cache_gib = 0.001;
     o.drafter = drafter;
-    const int64_t per_decode = std::string(drafter) == "none" ? 1 : 5;
+    const bool drafts = std::string(drafter) != "none";
     {
       Engine engine(model, *tokp, o);
       EXPECT_EQ(model.rows_, 3 * 8);
-      EXPECT_EQ(model.logit_rows_, 3 * per_decode);
+      EXPECT_EQ(model.logit_rows_, drafts ? 3 * 5 : 3);
       EXPECT_EQ(model.positions_, 128);
       std::vector<std::shared_ptr<RequestHandle>> hs;
       for (int i = 0; i < 3; ++i) {
         EngineRequest r;
-        for (int j = 0; j < 20; ++j) r.prompt.push_back(1 + i + j);  // three chunks of prompt each
-        r.max_tokens = 16, r.ignore_eos = true;
+        for (int j = 0; j < 20; ++j) r.prompt.push_back(1 + i + j);  // chunks of 8, 8 and 4
+        r.max_tokens = 24, r.ignore_eos = true;
         hs.push_back(engine.submit(r));
       }
+      model.open();  // the first round held the first prompt alone; the other two join the second
       for (auto& h : hs) EXPECT_EQ(h->wait_result().finish_reason, "length");
     }
-    EXPECT_LE(model.seen_rows_, 3 * 8) << drafter;
-    EXPECT_GE(model.seen_rows_, 8) << drafter;
-    EXPECT_LE(model.seen_logits_, 3 * per_decode) << drafter;
-    if (per_decode > 1) {
-      EXPECT_GT(model.seen_logits_, 3) << "drafts were verified";
+    EXPECT_EQ(model.seen_rows_, 3 * 8) << drafter;
+    if (drafts) {
+      EXPECT_GE(model.seen_logits_, 5) << "a token and four drafts verified in one round";
+      EXPECT_LE(model.seen_logits_, 3 * 5);
+    } else {
+      EXPECT_EQ(model.seen_logits_, 3) << "three sequences decoding together";
     }
   }
 }

@@ -181,7 +181,9 @@ void graph_destroy(void* graph) { cudaGraphExecDestroy(static_cast<cudaGraphExec
 void* event_record_now() {
   cudaEvent_t e = nullptr;
   check(cudaEventCreate(&e), "event create");
-  check(cudaEventRecord(e, launch_stream()), "event record");
+  const cudaError_t r = cudaEventRecord(e, launch_stream());
+  if (r != cudaSuccess) cudaEventDestroy(e);
+  check(r, "event record");
   return e;
 }
 float event_ms(void* a, void* b) {

@@ -288,21 +288,24 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   page_size_ = page_size;
 }
 
+int64_t cuda_table_width(int64_t max_pages, int64_t page_size) {
+  int64_t width = 4;  // a power of two of pages, so a graph per width serves sequences of many lengths
+  while (width < max_pages) width *= 2;
+  return std::min(width, kCudaMaxContext / page_size);
+}
+
 void LlamaCudaModel::reserve_rounds(int64_t max_rows, int64_t max_logit_rows, int64_t max_positions) {
   if (max_rows > kCudaMaxRows)
-    fail("rounds of up to {} rows exceed the {} rows a CUDA forward takes; lower --chunk or --parallel", max_rows,
-         kCudaMaxRows);
+    fail("rounds of up to {} rows exceed the {} rows a CUDA forward takes; lower --parallel, --chunk or --draft-max",
+         max_rows, kCudaMaxRows);
   if (!kv_) fail("reserve_rounds needs the KV pool bound first");
-  const int64_t pages = std::min((max_positions + page_size_ - 1) / page_size_, kCudaMaxContext / page_size_);
-  int64_t width = 4;  // the page-table width stage_inputs gives such rows
-  while (width < pages) width *= 2;
-  width = std::min(width, kCudaMaxContext / page_size_);
   const int64_t logit_rows = std::min(max_rows, max_logit_rows);
+  const int64_t pages = (max_positions + page_size_ - 1) / page_size_;
   try {
-    ensure_capacity(max_rows, logit_rows, max_rows * width);
+    ensure_capacity(max_rows, logit_rows, max_rows * cuda_table_width(pages, page_size_));
   } catch (const std::exception& e) {
     fail("rounds of up to {} rows ({} with logits) need device scratch beside the KV pool that could not be had ({}); "
-         "lower --chunk, --parallel or --context",
+         "lower --parallel, --chunk, --context or --prompt-cache-gib",
          max_rows, logit_rows, e.what());
   }
 }
@@ -311,9 +314,10 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64
   if (n_rows <= cap_rows_ && n_logit_rows <= cap_logits_ && table_ints <= cap_table_) return;
   drop_graphs();  // graphs hold the old buffers' addresses
   auto grow = [](int64_t need, int64_t cap, int64_t least) {
-    return need <= cap ? cap : std::max(need, std::max(least, cap * 2));
+    return need <= cap && cap > 0 ? cap : std::max(need, std::max(least, cap * 2));
   };
-  const int64_t rows = grow(n_rows, cap_rows_, 16), table = grow(table_ints, cap_table_, 256);
+  const int64_t rows = std::min(grow(n_rows, cap_rows_, 16), std::max(n_rows, kCudaMaxRows));
+  const int64_t table = grow(table_ints, cap_table_, 256);
   const int64_t LR = std::min(rows, grow(n_logit_rows, cap_logits_, 16));  // logits and candidates: those rows only
   const auto& c = cfg_;
   const int64_t R = rows, E = c.n_embd, Dq = c.n_head * c.head_dim_k, F = c.n_ff;

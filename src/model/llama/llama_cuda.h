@@ -13,6 +13,8 @@ namespace tf {
 
 // The most rows one forward takes: kernels put rows on grid dimension y, which CUDA caps at 65,535.
 constexpr int64_t kCudaMaxRows = 65535;
+// The page-table width a round's sequences of up to max_pages pages are staged with.
+int64_t cuda_table_width(int64_t max_pages, int64_t page_size);
 // Rows up to which decode attention runs a block per 256-key chunk (their partials are sized for this many).
 constexpr int64_t kAttnChunkRows = 32;
 

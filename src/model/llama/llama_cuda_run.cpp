@@ -55,11 +55,9 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     TF_CHECK(r.token >= 0 && r.token < c.n_vocab, "row token {} outside the vocabulary", r.token);
     max_pages = std::max<int64_t>(max_pages, int64_t(r.pages->size()));
   }
-  int64_t width = 4;
-  while (width < max_pages) width *= 2;
   TF_CHECK(max_pages * page_size_ <= kMaxKeys, "a sequence of {} positions exceeds the CUDA attention limit of {} keys",
            max_pages * page_size_, kMaxKeys);
-  width = std::min(width, (kMaxKeys / page_size_));
+  const int64_t width = cuda_table_width(max_pages, page_size_);
   ensure_capacity(n, want, n * width);
   Layout L{n, width, half};
   void* h = staging_host_;
@@ -239,36 +237,36 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
   const int64_t n = int64_t(rows.size());
   const int64_t width = stage_inputs(rows, sampling, n_logits);
   const bool sample = sampling != nullptr;
-  void* t0 = cuda::event_record_now();
-  try {
-    if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
-      // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
-      if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
-      graphs_generation_ = cuda::gemv_scratch_generation();
-      auto key = std::make_tuple(n, width, sample);
-      auto it = graphs_.find(key);
-      if (it == graphs_.end()) {
-        cuda::capture_begin();
-        try {
-          launch(n, n_logits, width, sample, true);
-        } catch (...) {
-          cuda::capture_abort();  // not instantiated: the partial graph could fail too and hide this error
-          throw;
-        }
-        it = graphs_.emplace(key, cuda::capture_end()).first;
-      }
-      cuda::graph_launch(it->second);
-    } else {
-      launch(n, n_logits, width, sample, false);
+  struct Events {  // destroyed however the round ends: event_ms is where a kernel's fault usually surfaces
+    void *t0 = nullptr, *t1 = nullptr;
+    ~Events() {
+      for (void* e : {t0, t1})
+        if (e) cuda::event_destroy(e);
     }
-  } catch (...) {
-    cuda::event_destroy(t0);
-    throw;
+  } ev;
+  ev.t0 = cuda::event_record_now();
+  if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
+    // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
+    if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
+    graphs_generation_ = cuda::gemv_scratch_generation();
+    auto key = std::make_tuple(n, width, sample);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cuda::capture_begin();
+      try {
+        launch(n, n_logits, width, sample, true);
+      } catch (...) {
+        cuda::capture_abort();  // not instantiated: the partial graph could fail too and hide this error
+        throw;
+      }
+      it = graphs_.emplace(key, cuda::capture_end()).first;
+    }
+    cuda::graph_launch(it->second);
+  } else {
+    launch(n, n_logits, width, sample, false);
   }
-  void* t1 = cuda::event_record_now();
-  last_device_ms_ = cuda::event_ms(t0, t1);
-  cuda::event_destroy(t0);
-  cuda::event_destroy(t1);
+  ev.t1 = cuda::event_record_now();
+  last_device_ms_ = cuda::event_ms(ev.t0, ev.t1);
 }
 
 void LlamaCudaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
