@@ -17,30 +17,43 @@
 namespace tf {
 namespace {
 
-// Fails its first `fails` forwards; afterwards every logits row prefers token 100.
-class FlakyModel : public Model {
+// A model without weights: the engine's bookkeeping only; each logits row prefers the token `best` names.
+class TestModel : public Model {
  public:
-  explicit FlakyModel(int fails) : fails_(fails) {
-    info_.family = "test", info_.n_vocab = 49152, info_.n_ctx_train = 4096;
-  }
+  TestModel() { info_.family = "test", info_.n_vocab = 49152, info_.n_ctx_train = 4096; }
   const ModelInfo& info() const override { return info_; }
   int64_t kv_floats_per_token() const override { return 2; }
   void bind_kv(int64_t, int64_t) override {}
+
+ protected:
+  // Writes the logits rows of `rows` that want them; returns how many.
+  int64_t fill(const std::vector<BatchRow>& rows, float* logits, int32_t (*best)(int32_t pos)) const {
+    int64_t want = 0;
+    for (const BatchRow& r : rows) {
+      if (!r.want_logits) continue;
+      ++want;
+      std::fill(logits, logits + info_.n_vocab, 0.0f);
+      logits[best(r.pos)] = 10.0f;
+      logits += info_.n_vocab;
+    }
+    return want;
+  }
+  ModelInfo info_;
+};
+
+// Fails its first `fails` forwards; afterwards every logits row prefers token 100.
+class FlakyModel : public TestModel {
+ public:
+  explicit FlakyModel(int fails) : fails_(fails) {}
   void forward(const std::vector<BatchRow>& rows, float* logits) override {
     if (fails_ > 0) {
       --fails_;
       throw std::runtime_error("device lost");
     }
-    for (const BatchRow& r : rows) {
-      if (!r.want_logits) continue;
-      std::fill(logits, logits + info_.n_vocab, 0.0f);
-      logits[100] = 10.0f;
-      logits += info_.n_vocab;
-    }
+    fill(rows, logits, [](int32_t) { return 100; });
   }
 
  private:
-  ModelInfo info_;
   int fails_;
 };
 
@@ -68,14 +81,9 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
 }
 
 // Records the reservation and every round's size; holds its first round until opened; refuses when told to.
-class RoundsModel : public Model {
+class RoundsModel : public TestModel {
  public:
-  explicit RoundsModel(bool refuse) : refuse_(refuse) {
-    info_.family = "test", info_.n_vocab = 49152, info_.n_ctx_train = 4096;
-  }
-  const ModelInfo& info() const override { return info_; }
-  int64_t kv_floats_per_token() const override { return 2; }
-  void bind_kv(int64_t, int64_t) override {}
+  explicit RoundsModel(bool refuse) : refuse_(refuse) {}
   void reserve_rounds(int64_t rows, int64_t logit_rows, int64_t positions) override {
     rows_ = rows, logit_rows_ = logit_rows, positions_ = positions;
     if (refuse_) throw std::runtime_error("rounds of up to 24 rows need more device memory; lower --chunk");
@@ -90,21 +98,14 @@ class RoundsModel : public Model {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return open_; });
     }
-    int64_t want = 0;
-    for (const BatchRow& r : rows) {
-      if (!r.want_logits) continue;
-      ++want;
-      std::fill(logits, logits + info_.n_vocab, 0.0f);
-      logits[100 + (r.pos + 1) % 5] = 10.0f;  // replies of period 5, which the context drafter drafts four ahead
-      logits += info_.n_vocab;
-    }
+    // Replies of period 5, which the context drafter drafts four ahead.
+    const int64_t want = fill(rows, logits, [](int32_t pos) { return 100 + (pos + 1) % 5; });
     seen_rows_ = std::max(seen_rows_, int64_t(rows.size()));
     seen_logits_ = std::max(seen_logits_, want);
   }
   int64_t rows_ = -1, logit_rows_ = -1, positions_ = -1, seen_rows_ = 0, seen_logits_ = 0;
 
  private:
-  ModelInfo info_;
   bool refuse_;
   std::mutex mu_;
   std::condition_variable cv_;
