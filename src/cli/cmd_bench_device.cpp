@@ -97,7 +97,7 @@ double streams_run(LoadedModel& lm, int n_streams, int64_t tg) {
   EngineOptions o;
   o.parallel = n_streams;
   o.context = 256;
-  o.chunk = 64;
+  o.chunk = 16;  // each prompt in one chunk, and no more rows reserved than such rounds hold
   o.prompt_cache_gib = 0;
   o.drafter = "none";
   Engine engine(*lm.model, *lm.tokenizer, o);
