@@ -85,6 +85,23 @@ def test_fixed_blocks_known_values():
         assert np.all(np.abs(got - v) <= 2.0 ** -(bits - 1) * mx)
 
 
+def test_fp16_hi_lo_rows_keeps_about_22_bits_under_the_row_scale():
+    # Worked by hand: max 2 scales the row by 2^13; 8192 + 4 + 2^-17 has hi 8192 (a tie, to even) and lo 4.
+    got = arith_options.fp16_hi_lo_rows(np.array([[1 + 2.0 ** -11 + 2.0 ** -30, 2.0, -0.5]]))
+    assert np.array_equal(got, np.array([[1 + 2.0 ** -11, 2.0, -0.5]]))
+    assert np.array_equal(arith_options.fp16_hi_lo_rows(np.zeros((2, 32))), np.zeros((2, 32)))
+    rows = edge_values()[:4096].reshape(32, 128)
+    got = arith_options.fp16_hi_lo_rows(rows)
+    mx = np.abs(rows).max(axis=-1, keepdims=True)
+    err = np.abs(got - rows)
+    # Every value: 22 bits of its own, or the lo part's subnormal step under the row scale for the smallest.
+    assert np.all(err <= 2.0 ** -21 * np.abs(rows) + mx * 2.0 ** -37)
+    big = np.abs(rows) >= mx * 2.0 ** -10
+    assert np.all(err[big] <= 2.0 ** -21 * np.abs(rows)[big])  # hi alone would keep 11 bits
+    hi_only = arith_options.fp16(rows * 2.0 ** 14 / mx) * mx / 2.0 ** 14
+    assert np.any(np.abs(hi_only - rows)[big] > 2.0 ** -21 * np.abs(rows)[big])
+
+
 def test_hook_rounds_each_product_input_once(model_path):
     m = llama_ref.load(model_path)
     seen = []
