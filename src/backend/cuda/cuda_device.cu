@@ -132,7 +132,6 @@ DeviceInfo device_info(int device) {
   d.major = p.major;
   d.minor = p.minor;
   d.sm_count = p.multiProcessorCount;
-  d.l2_bytes = size_t(p.l2CacheSize);
   check(cudaSetDevice(device), "set device");
   check(cudaMemGetInfo(&d.free_bytes, &d.total_bytes), "memory info");
   return d;

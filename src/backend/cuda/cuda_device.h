@@ -8,7 +8,7 @@ namespace tf::cuda {
 struct DeviceInfo {
   std::string name;
   int major = 0, minor = 0, sm_count = 0;
-  size_t total_bytes = 0, free_bytes = 0, l2_bytes = 0;
+  size_t total_bytes = 0, free_bytes = 0;
 };
 DeviceInfo device_info(int device = 0);  // throws when there is no such device
 
