@@ -139,13 +139,13 @@ Runner add_bench(CLI::App& app) {
       DirectSequence pre(*m.model, o->pp);
       double t0 = now_s();
       for (int64_t b = 0; b < o->pp; b += 256)
-        pre.feed(ids.data() + b, std::min<int64_t>(256, o->pp - b), logits.data(), false);
+        pre.feed(ids.data() + b, std::min<int64_t>(256, o->pp - b), logits.data(), false, true);
       pp_tps.push_back(double(o->pp) / (now_s() - t0));
       DirectSequence gen(*m.model, o->tg);
       int32_t tok = ids[0];
       double t1 = now_s();
       for (int64_t p = 0; p < o->tg; ++p) {
-        gen.feed(&tok, 1, logits.data(), true);
+        gen.feed(&tok, 1, logits.data(), true, false);
         tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       tg_tps.push_back(double(o->tg) / (now_s() - t1));

@@ -44,7 +44,7 @@ void prefill(Model& m, const KvLease& lease, const std::vector<int32_t>& ids, in
   for (int64_t b = 0; b < n; b += ubatch) {
     std::vector<BatchRow> rows;
     for (int64_t i = b; i < std::min(n, b + ubatch); ++i)
-      rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1});
+      rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1, true});
     m.forward(rows, logits.data());
   }
 }

@@ -14,7 +14,8 @@ class DirectSequence {
  public:
   DirectSequence(Model& model, int64_t capacity, int64_t page_size = 32);
   // Feeds ids at positions [n_fed, n_fed + n) in one forward; writes logits of every row (or only the last).
-  void feed(const int32_t* ids, int64_t n, float* logits, bool all_logits);
+  // `prompt`: the rows are prompt tokens (BatchRow::prompt), not decode rows.
+  void feed(const int32_t* ids, int64_t n, float* logits, bool all_logits, bool prompt);
   int64_t n_fed() const { return n_fed_; }
   const std::vector<int32_t>& pages() const { return lease_.pages; }
 

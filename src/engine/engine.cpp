@@ -194,7 +194,7 @@ void Engine::round() {
     if (p.prefill) {
       const int64_t end = std::min(s.n_prompt, s.n_fed + opts_.chunk);
       for (int64_t pos = s.n_fed; pos < end; ++pos)
-        rows.push_back({&s.lease.pages, s.tokens[size_t(pos)], int32_t(pos), pos == s.n_prompt - 1});
+        rows.push_back({&s.lease.pages, s.tokens[size_t(pos)], int32_t(pos), pos == s.n_prompt - 1, true});
       p.n_logits = end == s.n_prompt ? 1 : 0;
     } else {
       const int64_t pos = int64_t(s.tokens.size()) - 1;
@@ -303,7 +303,8 @@ void Engine::finish(Seq& s, const std::string& reason) {
   }
   s.result.finish_reason = reason == "error" ? reason : s.stops->stopped() ? "stop" : reason;
   s.result.total_s = now_s() - s.submitted;
-  kv_->release(s.lease, s.tokens, s.n_fed);
+  // Where prompt rows take their own arithmetic, the KV of replies (decode rows) is not a prompt's: keep it out.
+  kv_->release(s.lease, s.tokens, model_.prompt_arithmetic_differs() ? std::min(s.n_fed, s.n_prompt) : s.n_fed);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.generated_tokens += int64_t(s.result.ids.size());

@@ -2,6 +2,8 @@
 // Exits 77 (CTest: skipped) when no CUDA device is present.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -124,6 +126,86 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
   return {};
 }
 
+// Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form.
+std::string check_prompt(GgmlType type) {
+  std::mt19937 rng(8765 + uint32_t(type));
+  const std::string name(ggml_type_name(type));
+  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{768, 1536}, {1536, 520}, {256, 33}, {4608, 2056}, {256, 16896}}) {
+    auto wb = random_weight(type, n_in, n_out, rng);
+    const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
+    const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
+    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out));
+    const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
+    if (!cuda::gemv_prompt_takes(m)) {
+      if (cuda::mma_wgmma_device()) return name + ": a compute capability 9.0 device refused the prompt kernel";
+      return {};  // launched nowhere else: prompt rows elsewhere take gemv
+    }
+    const bool wide = n_out > 4096, big = n_out > 2048;  // the reference on every 5th column and the last 16
+    std::vector<int64_t> row_counts = {1, 2, 3, 7, 16, 64, 100, 130, 300};
+    if (big) row_counts = wide ? std::vector<int64_t>{1, 3, 300} : std::vector<int64_t>{1, 3, 16, 40};
+    for (int64_t rows : row_counts) {
+      auto x = random_floats(size_t(rows * n_in), rng);
+      for (int64_t r = 0; r < rows; ++r)  // rows of very different magnitudes: each keeps its own power of two
+        for (int64_t i = 0; i < n_in; ++i) x[size_t(r * n_in + i)] *= std::ldexp(1.0f, int(r % 5) * 9 - 18);
+      if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
+      Dev dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      cuda::copy_to_device(dx.p, x.data(), x.size() * 4);
+      auto y = with_canary(size_t(rows * n_out), size_t(n_out));
+      cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
+      cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>());
+      cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
+      if (!canary_intact(y, size_t(rows * n_out))) return name + ": write past the output";
+      for (int64_t r = 0; r < rows; ++r) {
+        float mx = 0.0f;
+        for (int64_t i = 0; i < n_in; ++i)
+          if (std::isfinite(x[size_t(r * n_in + i)])) mx = std::max(mx, std::fabs(x[size_t(r * n_in + i)]));
+        int ex = 0;
+        if (mx > 0) std::frexp(mx, &ex);
+        const double inv_er = mx > 0 ? std::ldexp(1.0, ex - 15) : 1.0, inv_ew = std::ldexp(1.0, -m.f16_exp);
+        for (int64_t o = 0; o < n_out; ++o) {
+          if (big && o % 5 != 0 && o < n_out - 16) continue;
+          const auto [ref, s] = ref_dot(wd.data() + o * n_in, x.data() + r * n_in, n_in);
+          const double got = y[size_t(r * n_out + o)];
+          if (std::isnan(ref) != std::isnan(got))
+            return fmt::format("{}: row {} col {}: non-finite input gives {}", name, r, o, got);
+          double mag = 0, sx = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            const double ax = std::fabs(double(x[size_t(r * n_in + i)]));
+            mag += (std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)]) * ax;
+            sx += ax;
+          }
+          double wsum = 0;
+          for (int64_t i = 0; i < n_in; ++i)
+            wsum += std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)];
+          const double u = 0x1.0p-11;
+          const double bound = (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag +
+                               0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx);
+          if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
+            return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", name, n_in, n_out, rows, r, o, got,
+                               ref, bound);
+        }
+        std::vector<float> alone(static_cast<size_t>(n_out));
+        cuda::gemv_prompt(m, dx.as<float>() + r * n_in, 1, d1.as<float>());
+        cuda::copy_to_host(alone.data(), d1.p, alone.size() * 4);
+        if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
+          return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, n_in, n_out, r, rows,
+                             d);
+      }
+      auto res = random_floats(size_t(rows * n_out), rng);  // y = res + W x, one rounding, in place
+      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
+      cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>(), dy.as<float>());
+      std::vector<float> fused(res.size());
+      cuda::copy_to_host(fused.data(), dy.p, fused.size() * 4);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        const float want = res[i] + y[i];
+        if (std::memcmp(&want, &fused[i], 4) != 0 && !(std::isnan(want) && std::isnan(fused[i])))
+          return fmt::format("{}: residual form differs at {}: {} vs {}", name, i, fused[i], want);
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string check_cuda_rmsnorm();
@@ -178,6 +260,8 @@ int main() {
       fault = contract::check_gemv(t, false);
       return fault.empty() ? fault : fault + " (many rows on the register kernel)";
     };
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"prompt.q4_k", GgmlType::Q4_K}, {"prompt.q6_k", GgmlType::Q6_K}})
+    checks[name] = [t = t] { return contract::check_prompt(t); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16},

@@ -47,13 +47,13 @@ Greedy greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
   const int64_t V = m.info().n_vocab;
   DirectSequence seq(m, int64_t(prompt.size()) + n + 1);
   std::vector<float> lg(static_cast<size_t>(V));
-  seq.feed(prompt.data(), int64_t(prompt.size()), lg.data(), false);
+  seq.feed(prompt.data(), int64_t(prompt.size()), lg.data(), false, true);
   Greedy g;
   for (int i = 0; i < n; ++i) {
     g.logits.push_back(lg);
     int32_t t = cpu::argmax(lg.data(), V);
     g.ids.push_back(t);
-    seq.feed(&t, 1, lg.data(), true);
+    seq.feed(&t, 1, lg.data(), true, false);
   }
   return g;
 }

@@ -160,3 +160,48 @@ TEST(EngineRounds, AReservationTheModelRefusesStopsTheEngineAtStartup) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// Records each row's position and kind; says prompt rows take their own arithmetic when `differs`.
+class KindModel : public TestModel {
+ public:
+  explicit KindModel(bool differs) : differs_(differs) {}
+  bool prompt_arithmetic_differs() const override { return differs_; }
+  void forward(const std::vector<BatchRow>& rows, float* logits) override {
+    for (const BatchRow& r : rows) seen.push_back({r.pos, r.prompt});
+    fill(rows, logits, [](int32_t) { return 100; });
+  }
+  std::vector<std::pair<int32_t, bool>> seen;
+
+ private:
+  bool differs_;
+};
+
+TEST(EnginePromptRows, PromptRowsAreMarkedAndOnlyTheirKvIsCachedWhereTheirArithmeticDiffers) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  for (bool differs : {false, true}) {
+    KindModel model(differs);
+    EngineOptions o;
+    o.parallel = 1, o.context = 64, o.page_size = 4, o.chunk = 3, o.drafter = "none";
+    Engine engine(model, *tokp, o);
+    EngineRequest a;
+    a.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+    a.max_tokens = 8, a.ignore_eos = true;
+    const EngineResult ra = engine.submit(a)->wait_result();
+    ASSERT_EQ(ra.ids.size(), 8u);
+    for (auto [pos, prompt] : model.seen) EXPECT_EQ(prompt, pos < 8) << "position " << pos;
+    // The follow-up turn holds the reply: fed up to position 14, so three full pages, or two of the prompt alone.
+    EngineRequest b;
+    b.prompt = a.prompt;
+    b.prompt.insert(b.prompt.end(), ra.ids.begin(), ra.ids.end());
+    for (int32_t t : {5, 6, 7, 9}) b.prompt.push_back(t);
+    b.max_tokens = 1, b.ignore_eos = true;
+    const EngineResult rb = engine.submit(b)->wait_result();
+    EXPECT_EQ(rb.cached_tokens, differs ? 8 : 12) << "prompt arithmetic differs: " << differs;
+  }
+}
+
+}  // namespace
+}  // namespace tf

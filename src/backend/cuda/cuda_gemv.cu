@@ -169,6 +169,14 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
   check(cudaGetLastError(), "gemv launch");
 }
 
+bool gemv_prompt_takes(const DeviceMatrix& w) { return f16_takes(w); }
+
+void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual) {
+  check_product(w, x);
+  f16_gemm(w, x, n_rows, y, residual, active_control());
+  check(cudaGetLastError(), "gemv_prompt launch");
+}
+
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre) {
   if (!w.mma || !pre.xs) return false;
   const bool staged = mma_stage(w, n_rows, pre, active_control());

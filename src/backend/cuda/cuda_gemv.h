@@ -25,6 +25,8 @@ struct DeviceMatrix {
   int64_t n_in = 0, n_out = 0, units = 0;
   int slices = 1;
   bool mma = false;
+  bool f16 = false;  // Q4_K or Q6_K whose weights fit fp16 under 2^f16_exp: prompt rows may take f16_prompt.cuh
+  int f16_exp = 0;
 };
 // Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
 int64_t unit_elems(GgmlType type);
@@ -55,6 +57,10 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
+// Prompt rows' products (f16_prompt.cuh): fp16 x under a per-row power of two against weights dequantised to fp16,
+// one f32 tensor-core chain a row. Row-invariant, but not the bits of gemv, so only rows of prompts may take it.
+bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, on compute capability 9.0
+void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr);
 // One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre);
 // Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.

@@ -83,7 +83,7 @@ std::atomic<int64_t> g_wgmma_launches{0};
 
 void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
 int mma_wgmma_mode() { return wgmma_mode(); }
-void mma_read_switches() { split_forced(), wgmma_mode(); }
+void mma_read_switches() { split_forced(), wgmma_mode(), f16_enabled(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 bool mma_wgmma_device() {
@@ -109,7 +109,7 @@ size_t scratch_bytes(const DeviceMatrix& w, int64_t n_rows, bool wg) {
 }  // namespace
 
 size_t mma_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
-  return scratch_bytes(w, n_rows, wgmma_wanted(n_rows));
+  return std::max(scratch_bytes(w, n_rows, wgmma_wanted(n_rows)), f16_scratch_bytes(w, n_rows));
 }
 
 void mma_reserve(size_t bytes) {
@@ -161,6 +161,12 @@ bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl
   launch_wg_stage(a);
   g_staged = {w.n_in, n_rows, w.slices, g_generation, pre.xs};
   return true;
+}
+
+uint8_t* mma_scratch_own(size_t bytes) {
+  g_staged = {};
+  mma_reserve(bytes);
+  return static_cast<uint8_t*>(g_scratch);
 }
 
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,

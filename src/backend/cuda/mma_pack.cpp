@@ -1,7 +1,10 @@
 // Host side of the tensor-core weight layout: GGUF blocks repacked into per-lane mma fragments of small integers.
 #include "backend/cuda/mma_pack.h"
 
+#include "base/scalar.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -82,6 +85,42 @@ void decode_row(GgmlType t, const uint8_t* row, int64_t n_in, int64_t n_slices, 
     default:
       throw std::runtime_error("tensor-core layout: unsupported format");
   }
+}
+
+// Q4_K and Q6_K: the power of two that puts the matrix's largest possible |weight| into [2^14, 2^15), so the prompt
+// products' fp16 weights neither overflow nor lose their small values to subnormals; none where a scale is not finite.
+void f16_exponent(GgmlType t, const uint8_t* src, int64_t n_in, int64_t n_out, DeviceMatrix& m) {
+  if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return;
+  const int64_t blocks = n_out * (n_in / 256);
+  double mx = 0;
+  bool finite = true;
+  auto h = [](const uint8_t* p) { return double(f16_to_f32(u16(p))); };
+  for (int64_t b = 0; b < blocks; ++b) {
+    double v = 0;
+    if (t == GgmlType::Q4_K) {
+      const uint8_t* blk = src + b * 144;
+      const double d = std::fabs(h(blk)), dmin = std::fabs(h(blk + 2));
+      const uint8_t* sc = blk + 4;
+      finite = finite && std::isfinite(d) && std::isfinite(dmin);
+      for (int j = 0; j < 8; ++j) {
+        const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+        const int mn = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+        v = std::max(v, d * scale * 15 + dmin * mn);
+      }
+    } else {
+      const uint8_t* blk = src + b * 210;
+      const double d = std::fabs(h(blk + 208));
+      finite = finite && std::isfinite(d);
+      int top = 0;
+      for (int j = 0; j < 16; ++j) top = std::max(top, std::abs(int(int8_t(blk[192 + j]))));
+      v = d * top * 32;
+    }
+    mx = std::max(mx, v);
+  }
+  m.f16 = finite;
+  int ex = 0;
+  if (finite && mx > 0) std::frexp(mx, &ex);
+  m.f16_exp = finite && mx > 0 ? 15 - ex : 0;
 }
 
 struct Sizes {
@@ -198,6 +237,7 @@ DeviceMatrix mma_upload(GgmlType t, const void* host, int64_t n_in, int64_t n_ou
     if (s.h) to_device(const_cast<uint8_t*>(m.h) + size_t(t0) * th, hb.data(), hb.size());
     if (tm) to_device(const_cast<uint8_t*>(m.s) + size_t(t0) * tm * 4, mb.data(), mb.size() * 4);
   }
+  f16_exponent(t, src, n_in, n_out, m);
   return m;
 }
 

@@ -215,7 +215,10 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
     L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
     L.bo = V(b + "attn_output.bias");
     layers_.push_back(L);
+    for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+      prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
   }
+  prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(output_);
 }
 
 void LlamaCudaModel::drop_graphs() {

@@ -36,6 +36,7 @@ class LlamaCudaModel : public Model {
   void set_graphs(bool on) override { graphs_on_ = on; }
   double last_device_ms() const override { return last_device_ms_; }
   void last_logits_row(int64_t k, float* out) override;
+  bool prompt_arithmetic_differs() const override { return prompt_f16_; }
 
   using DevWeight = cuda::DeviceMatrix;
   // Fused layers keep Q|K|V in wq (and bq) and gate|up in gate, rows stacked.
@@ -50,9 +51,14 @@ class LlamaCudaModel : public Model {
   void drop_graphs();
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
-  int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
-  void launch(int64_t n, int64_t m, int64_t max_pages, bool sample, bool graph);
-  void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits);
+  int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits,
+                       int64_t off);
+  // `prompt`: the rows are prompt rows, whose Q4_K and Q6_K products take gemv_prompt; logits rows start at row `off`.
+  void launch(int64_t n, int64_t m, int64_t max_pages, bool sample, bool graph, bool prompt, int64_t off);
+  void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits, bool prompt,
+           int64_t off);
+  // Runs a round (decode rows, then prompt rows where their arithmetic differs); returns its logits rows.
+  int64_t run_round(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling);
 
   std::shared_ptr<const GgufFile> file_;
   LlamaConfig cfg_;
@@ -84,7 +90,10 @@ class LlamaCudaModel : public Model {
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;
-  std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // (rows, page-table width, sampling) -> graph
+  bool prompt_f16_ = false;          // some product takes gemv_prompt for prompt rows
+  std::vector<int64_t> logit_slot_;  // the device row of each logits row of the last round
+  // (rows, page-table width, sampling, prompt rows, first logits row) -> graph
+  std::map<std::tuple<int64_t, int64_t, bool, bool, int64_t>, void*> graphs_;
   uint64_t graphs_generation_ = 0;                              // the product scratch the graphs captured
   std::vector<char> cand_host_;
 };

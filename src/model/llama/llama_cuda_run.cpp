@@ -42,7 +42,7 @@ struct Layout {
 }  // namespace
 
 int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
-                                     int64_t& n_logits) {
+                                     int64_t& n_logits, int64_t off) {
   const auto& c = cfg_;
   const int64_t n = int64_t(rows.size()), half = c.n_rot / 2;
   int64_t max_pages = 1, want = 0;
@@ -58,7 +58,7 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   TF_CHECK(max_pages * page_size_ <= kMaxKeys, "a sequence of {} positions exceeds the CUDA attention limit of {} keys",
            max_pages * page_size_, kMaxKeys);
   const int64_t width = cuda_table_width(max_pages, page_size_);
-  ensure_capacity(n, want, n * width);
+  ensure_capacity(n, off + want, n * width);
   Layout L{n, width, half};
   void* h = staging_host_;
   std::memset(L.table(h), 0, size_t(n * width) * 4);
@@ -95,7 +95,7 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   return width;
 }
 
-void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bool graph) {
+void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bool graph, bool prompt, int64_t off) {
   const auto& c = cfg_;
   const int64_t E = c.n_embd, D = c.head_dim_k, Dq = c.n_head * D, Dkv = kv_row_;
   Layout L{n, width, c.n_rot / 2};
@@ -116,6 +116,14 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   };
   auto pull = [&](const cuda::DeviceMatrix& w, double head = 1.0) {
     if (prefetch) left -= cuda::prefetch_weights(w, head, left);
+  };
+  // Prompt rows: their Q4_K and Q6_K products take the prompt kernels, whole (no partials, no side stream).
+  auto fp = [&](const DevWeight& w) { return prompt && cuda::gemv_prompt_takes(w); };
+  auto prod = [&](const DevWeight& w, const float* x, int64_t rows, float* y, const float* res, const cuda::SplitX& pre) {
+    if (fp(w))
+      cuda::gemv_prompt(w, x, rows, y, res);
+    else
+      cuda::gemv(w, x, rows, y, res, pre);
   };
   cuda::embedding(tok_embd_, L.ids(d), n, x_);
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -141,11 +149,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     int64_t q_stride = Dq;
     cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
     if (Ly.fused_qkv) {
-      cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
+      prod(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = Dq + 2 * Dkv;
       ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
-    } else if (!Ly.bq && !Ly.bk && !Ly.bv && n > cuda::gemv_split_rows() && cuda::gemv_stage(Ly.wq, n, pre_e)) {
+    } else if (!Ly.bq && !Ly.bk && !Ly.bv && n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
+               cuda::gemv_stage(Ly.wq, n, pre_e)) {
       // Many rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
       cuda::SplitX st = pre_e;
       st.staged = true;
@@ -160,10 +169,10 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       qkv_join.on = false;
       TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
     } else {
-      cuda::gemv(Ly.wq, h_, n, q_, nullptr, pre_e);
-      if (Ly.bk || Ly.bv) {  // a bias comes after the slices are added
-        cuda::gemv(Ly.wk, h_, n, k_, nullptr, pre_e);
-        cuda::gemv(Ly.wv, h_, n, v_, nullptr, pre_e);
+      prod(Ly.wq, h_, n, q_, nullptr, pre_e);
+      if (Ly.bk || Ly.bv || fp(Ly.wk) || fp(Ly.wv)) {  // a bias comes after the slices are added
+        prod(Ly.wk, h_, n, k_, nullptr, pre_e);
+        prod(Ly.wv, h_, n, v_, nullptr, pre_e);
         if (Ly.bk) cuda::add_bias(k_, Ly.bk, n, Dkv);
         if (Ly.bv) cuda::add_bias(v_, Ly.bv, n, Dkv);
       } else {
@@ -200,42 +209,48 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
                       att_);
     // Residual adds ride on the products (one rounding, as a separate add), unless a bias comes between.
     if (Ly.bo) {
-      cuda::gemv(Ly.wo, att_, n, o_, nullptr, pre_o);
+      prod(Ly.wo, att_, n, o_, nullptr, pre_o);
       cuda::add_bias(o_, Ly.bo, n, E);
       cuda::add_inplace(x_, o_, n * E);
     } else {
-      cuda::gemv(Ly.wo, att_, n, x_, x_, pre_o);
+      prod(Ly.wo, att_, n, x_, x_, pre_o);
     }
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
       if (c.n_ff % 64 == 0) {
-        const cuda::Partials gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_e);  // SwiGLU adds any slices
+        cuda::Partials gp;  // SwiGLU adds any slices
+        if (fp(Ly.gate))
+          prod(Ly.gate, h_, n, g_, nullptr, pre_e);
+        else
+          gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_e);
         pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
         cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
       } else {
-        cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
+        prod(Ly.gate, h_, n, g_, nullptr, pre_e);
         cuda::swiglu_pairs(g_, n, c.n_ff, u_);
       }
     } else {
-      cuda::gemv(Ly.gate, h_, n, g_, nullptr, pre_e);
-      cuda::gemv(Ly.up, h_, n, u_, nullptr, pre_e);
+      prod(Ly.gate, h_, n, g_, nullptr, pre_e);
+      prod(Ly.up, h_, n, u_, nullptr, pre_e);
       cuda::swiglu(g_, u_, u_, n * c.n_ff);
     }
-    cuda::gemv(Ly.down, u_, n, x_, x_, pre_f);
+    prod(Ly.down, u_, n, x_, x_, pre_f);
   }
   if (m == 0) return;
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
   cuda::rmsnorm(h_, output_norm_, m, E, c.rms_eps, o_);
-  cuda::gemv(output_, o_, m, logits_);
+  float* logits = logits_ + off * c.n_vocab;
+  prod(output_, o_, m, logits, nullptr, {});
   if (sample)
-    cuda::candidates(logits_, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_), cand_scratch_);
+    cuda::candidates(logits, m, c.n_vocab, L.samples(d), static_cast<cuda::RowCandidatesDev*>(cand_) + off,
+                     cand_scratch_);
 }
 
 void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
-                         int64_t& n_logits) {
+                         int64_t& n_logits, bool prompt, int64_t off) {
   const int64_t n = int64_t(rows.size());
-  const int64_t width = stage_inputs(rows, sampling, n_logits);
+  const int64_t width = stage_inputs(rows, sampling, n_logits, off);
   const bool sample = sampling != nullptr;
   struct Events {  // destroyed however the round ends: event_ms is where a kernel's fault usually surfaces
     void *t0 = nullptr, *t1 = nullptr;
@@ -249,12 +264,12 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
     if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
     graphs_generation_ = cuda::gemv_scratch_generation();
-    auto key = std::make_tuple(n, width, sample);
+    auto key = std::make_tuple(n, width, sample, prompt, off);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cuda::capture_begin();
       try {
-        launch(n, n_logits, width, sample, true);
+        launch(n, n_logits, width, sample, true, prompt, off);
       } catch (...) {
         cuda::capture_abort();  // not instantiated: the partial graph could fail too and hide this error
         throw;
@@ -263,17 +278,62 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     }
     cuda::graph_launch(it->second);
   } else {
-    launch(n, n_logits, width, sample, false);
+    launch(n, n_logits, width, sample, false, prompt, off);
   }
   ev.t1 = cuda::event_record_now();
   last_device_ms_ = cuda::event_ms(ev.t0, ev.t1);
 }
 
+int64_t LlamaCudaModel::run_round(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling) {
+  bool any_prompt = false, any_decode = false;
+  for (const BatchRow& r : rows) (prompt_f16_ && r.prompt ? any_prompt : any_decode) = true;
+  logit_slot_.clear();
+  int64_t m = 0;
+  if (!any_prompt || !any_decode) {
+    run(rows, sampling, m, any_prompt, 0);
+    for (int64_t i = 0; i < m; ++i) logit_slot_.push_back(i);
+    return m;
+  }
+  // Two forwards, decode rows first (a sequence's rows are all of one kind); buffers sized for the whole round first.
+  std::vector<BatchRow> part[2];
+  std::vector<RowSampling> samp[2];
+  std::vector<int64_t> order[2];
+  int64_t max_pages = 1;
+  for (const BatchRow& r : rows) {
+    const int p = r.prompt ? 1 : 0;
+    part[p].push_back(r);
+    if (r.pages) max_pages = std::max<int64_t>(max_pages, int64_t(r.pages->size()));
+    if (!r.want_logits) continue;
+    const int64_t k = int64_t(order[0].size() + order[1].size());
+    TF_CHECK(!sampling || k < int64_t(sampling->size()), "fewer sampling rows than logits rows");
+    order[p].push_back(k);
+    if (sampling) samp[p].push_back((*sampling)[size_t(k)]);
+  }
+  const int64_t n = int64_t(rows.size()), logit_rows = int64_t(order[0].size() + order[1].size());
+  ensure_capacity(n, logit_rows, n * cuda_table_width(std::min(max_pages, kMaxKeys / page_size_ + 1), page_size_));
+  int64_t m0 = 0, m1 = 0;
+  run(part[0], sampling ? &samp[0] : nullptr, m0, false, 0);
+  const double ms = last_device_ms_;
+  cuda::stream_sync();  // the second forward restages the same host buffer
+  run(part[1], sampling ? &samp[1] : nullptr, m1, true, m0);
+  last_device_ms_ += ms;
+  logit_slot_.assign(size_t(logit_rows), 0);
+  for (int64_t i = 0; i < m0; ++i) logit_slot_[size_t(order[0][size_t(i)])] = i;
+  for (int64_t i = 0; i < m1; ++i) logit_slot_[size_t(order[1][size_t(i)])] = m0 + i;
+  return logit_rows;
+}
+
 void LlamaCudaModel::forward(const std::vector<BatchRow>& rows, float* logits) {
   if (rows.empty()) return;
-  int64_t m = 0;
-  run(rows, nullptr, m);
-  if (m) cuda::copy_to_host_async(logits, logits_, size_t(m * cfg_.n_vocab) * sizeof(float));
+  const int64_t m = run_round(rows, nullptr), V = cfg_.n_vocab;
+  last_logit_rows_ = m;
+  bool in_order = true;
+  for (int64_t i = 0; i < m; ++i) in_order = in_order && logit_slot_[size_t(i)] == i;
+  if (in_order && m)
+    cuda::copy_to_host_async(logits, logits_, size_t(m * V) * sizeof(float));
+  else
+    for (int64_t i = 0; i < m; ++i)
+      cuda::copy_to_host_async(logits + i * V, logits_ + logit_slot_[size_t(i)] * V, size_t(V) * sizeof(float));
   cuda::stream_sync();
 }
 
@@ -281,15 +341,14 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
                                     std::vector<RowCandidates>& out) {
   out.clear();
   if (rows.empty()) return;
-  int64_t m = 0;
-  run(rows, &sampling, m);
+  const int64_t m = run_round(rows, &sampling);
   last_logit_rows_ = m;
   cand_host_.resize(size_t(m) * sizeof(cuda::RowCandidatesDev));
   if (m) cuda::copy_to_host_async(cand_host_.data(), cand_, cand_host_.size());
   cuda::stream_sync();
   out.resize(size_t(m));
   for (int64_t i = 0; i < m; ++i) {
-    const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + i;
+    const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + logit_slot_[size_t(i)];
     // A row with no finite logit has no candidate to give (its argmax is the kernel's out-of-range sentinel).
     if (d->greedy < 0 || d->greedy >= cfg_.n_vocab) fail("logits row {} has no finite value", i);
     for (int32_t j = 0; j < d->n; ++j)
@@ -308,7 +367,7 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
 
 void LlamaCudaModel::last_logits_row(int64_t k, float* out) {
   TF_CHECK(k >= 0 && k < last_logit_rows_, "logits row {} outside the last forward's {}", k, last_logit_rows_);
-  cuda::copy_to_host(out, logits_ + k * cfg_.n_vocab, size_t(cfg_.n_vocab) * sizeof(float));
+  cuda::copy_to_host(out, logits_ + logit_slot_[size_t(k)] * cfg_.n_vocab, size_t(cfg_.n_vocab) * sizeof(float));
 }
 
 }  // namespace tf

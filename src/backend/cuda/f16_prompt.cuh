@@ -1,0 +1,269 @@
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_ctl.cuh"
+#include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_formats.cuh"
+#include "backend/cuda/wgmma_ops.cuh"
+
+// Prompt rows on Hopper: Q4_K and Q6_K products at one fp16 wgmma a 16-column step. Per element (row r, output o):
+// x as fp16 under the row's power of two 2^e_r (max |x| into [2^14, 2^15)), each weight dequantised to fp16 under
+// the matrix's power of two 2^e_w by fixed half-precision steps, one f32 tensor-core chain over the whole row, then
+// y = C * 2^-(e_r + e_w). No value crosses rows and the chain does not depend on the tile, so a row's bits do not
+// depend on the call; they are not the decode products' bits (mma_kernels.cuh), which is why only prompt rows run here.
+namespace tf::cuda {
+
+#if defined(TF_CTL) && TF_CTL
+#define TF_FCTL(n) (ctl == (n))
+#else
+#define TF_FCTL(n) false
+#endif
+
+constexpr int kF16Warps = 8;   // two warpgroups: 128 outputs share each staged slice of x
+constexpr int kF16Stages = 4;  // 64-column slices of x in flight
+constexpr int kF16RowPad = 256;
+
+struct F16Args {
+  DeviceMatrix w;
+  const uint8_t* xw;  // x's image: [row block][64-column unit][step][8-column half][row][8 halves]
+  const int* xe;      // [rows] e_r
+  int n_rows;
+  float* y;
+  const float* residual;
+  int ctl;
+};
+
+__host__ __device__ constexpr int f16_unit_bytes(int n) { return n * 128; }
+constexpr int f16_smem_bytes(int n) { return kF16Stages * f16_unit_bytes(n) + 8 * kF16Stages; }
+
+__device__ __forceinline__ uint32_t f16_bits2(__half h) {
+  const __half2 v = __halves2half2(h, h);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ __half2 f16_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t f16_u(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+// Pair i of a nibble word as 1024 + q in fp16 (LOP3: (w & 0x000F000F) | 0x64006400).
+__device__ __forceinline__ uint32_t f16_magic(uint32_t w) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "n"(0x000F000Fu), "n"(0x64006400u));
+  return d;
+}
+
+template <int kType>
+struct F16W;
+
+template <>
+struct F16W<int(GgmlType::Q4_K)> {  // w = fp16(q * fp16(D sc) + fp16(-Dmin m)), D = d 2^e_w
+  struct Raw {
+    uint4 q;
+  };
+  static __device__ Raw load(const DeviceMatrix& w, int64_t at) { return {__ldg(reinterpret_cast<const uint4*>(w.q) + at)}; }
+  static __device__ void frags(const uint32_t (&m)[2][5], int uu, const Raw& r, float wsc, uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int gi = 0; gi < 2; ++gi) {
+      const int j = 2 * uu + gi;  // steps 2gi and 2gi + 1 are scale group j
+      uint32_t s2[2], n2[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float d = __fmul_rn(mma_f16(m[hr][0]), wsc), dm = __fmul_rn(mma_f16(m[hr][0] >> 16), wsc);
+        const float sc = mma_ubyte_float(m[hr][1 + (j >> 2)], j & 3), mn = mma_ubyte_float(m[hr][3 + (j >> 2)], j & 3);
+        s2[hr] = f16_bits2(__float2half_rn(__fmul_rn(d, sc)));  // exact product, one rounding
+        n2[hr] = f16_bits2(__float2half_rn(-__fmul_rn(dm, mn)));
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const uint32_t wd = mma_word(r.q, 2 * gi + s);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __half2 q = __hsub2(f16_h2(f16_magic(wd >> (4 * i))), f16_h2(0x64006400u));  // q exactly
+          a[2 * gi + s][i] = f16_u(__hfma2(q, f16_h2(s2[i & 1]), f16_h2(n2[i & 1])));
+        }
+      }
+    }
+  }
+};
+
+template <>
+struct F16W<int(GgmlType::Q6_K)> {  // w = fp16((u - 32) * fp16(D sc)), D = d 2^e_w
+  struct Raw {
+    uint4 q;
+    uint2 h;
+  };
+  static __device__ Raw load(const DeviceMatrix& w, int64_t at) {
+    return {__ldg(reinterpret_cast<const uint4*>(w.q) + at), __ldg(reinterpret_cast<const uint2*>(w.h) + at)};
+  }
+  static __device__ void frags(const uint32_t (&m)[2][5], int uu, const Raw& r, float wsc, uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      const int j = 4 * uu + st;  // each step is a scale group of 16 columns
+      uint32_t s2[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float d = __fmul_rn(mma_f16(m[hr][4]), wsc);
+        const float sc = float(int8_t((m[hr][j >> 2] >> (8 * (j & 3))) & 0xFF));
+        s2[hr] = f16_bits2(__float2half_rn(__fmul_rn(d, sc)));
+      }
+      const uint32_t wd = mma_word(r.q, st), hw = ((st >> 1) ? r.h.y : r.h.x) >> (2 * (st & 1));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t v = f16_magic(wd >> (4 * i)) | ((i == 0 ? hw << 4 : hw >> (4 * i - 4)) & 0x00300030u);
+        const __half2 q = __hsub2(f16_h2(v), f16_h2(0x64206420u));  // 1024 + u - 1056 = u - 32 exactly
+        a[st][i] = f16_u(__hmul2(q, f16_h2(s2[i & 1])));
+      }
+    }
+  }
+};
+
+// One block per padded row: e_r from the row's largest finite |x|, then x * 2^e_r as fp16 into the image of kN-row
+// blocks; rows past n_rows are zeros.
+template <int kN>
+__global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
+                                 int* __restrict__ xe, int ctl) {
+  grid_wait();
+  const int64_t r = blockIdx.x;
+  __shared__ float red[32];
+  int64_t src = r;
+  const bool live = r < n_rows;
+  auto at = [&](int64_t c) {  // x[r, c], or what a planted fault reads instead
+    float v = x[(TF_FCTL(132) && r > 0 && c < 16 ? src - 1 : src) * n_in + c];  // planted: the neighbour row's x
+    if (TF_FCTL(131) && !isfinite(v)) v = 0.0f;                                 // planted: non-finite read as 0
+    return v;
+  };
+  float mx = 0.0f;
+  if (live)
+    for (int64_t c = threadIdx.x; c < n_in; c += blockDim.x) mx = fmaxf(mx, fabsf(at(c)));  // fmaxf skips NaN
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, off));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = 0.0f;
+  for (int i = 0; i < int(blockDim.x >> 5); ++i) mx = fmaxf(mx, red[i]);
+  int ex = 0;
+  const bool scaled = mx > 0.0f && isfinite(mx);  // an infinite row stays unscaled, so its infinities carry through
+  if (scaled) frexpf(mx, &ex);
+  const int e = scaled ? 15 - ex : 0;
+  if (threadIdx.x == 0) xe[r] = e;
+  const int64_t rb = r / kN, n = r % kN;
+  for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {  // eight columns a thread: one 16-byte store
+    uint32_t h[4] = {0, 0, 0, 0};
+    if (live)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        h[k] = f16_u(__floats2half2_rn(ldexpf(at(8 * c8 + 2 * k), e), ldexpf(at(8 * c8 + 2 * k + 1), e)));
+    *reinterpret_cast<uint4*>(xw + ((rb * (n_in / 16) + c8 / 2) * 2 + (c8 & 1)) * kN * 16 + n * 16) =
+        make_uint4(h[0], h[1], h[2], h[3]);
+  }
+}
+
+// A block of two warpgroups over 128 outputs x kN rows: thread 0 brings each 64-column slice of x's image by one bulk
+// copy into a ring of kF16Stages; every thread loads its own weights two slices ahead and decodes them in registers.
+template <int kType, int kN>
+__global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A) {
+  grid_wait();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using F = F16W<kType>;
+  constexpr int kUnitB = f16_unit_bytes(kN), kStepB = kN * 32, kAhead = 2;
+  extern __shared__ __align__(128) uint8_t sm[];
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
+  [[maybe_unused]] const int ctl = A.ctl;
+  const DeviceMatrix& w = A.w;
+  const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share a weight tile run together
+  const int64_t last = (w.n_out + 15) / 16 - 1, tile = int64_t(blockIdx.y) * kF16Warps + warp;
+  const int64_t tm = tile < last ? tile : last;
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kF16Stages * kUnitB);
+  const uint8_t* xb = A.xw + rb * w.units * kUnitB;
+  auto fetch = [&](int64_t u) {
+    const uint32_t st = uint32_t(u % kF16Stages), bar = bar0 + 8 * st;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kUnitB) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     base + st * kUnitB),
+                 "l"(xb + u * kUnitB), "r"(kUnitB), "r"(bar)
+                 : "memory");
+  };
+  if (tid == 0) {
+    for (int s = 0; s < kF16Stages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int64_t u = 0; u < kF16Stages && u < w.units; ++u) fetch(u);
+  }
+  __syncthreads();
+  const float wsc = ldexpf(1.0f, w.f16_exp);
+  const int64_t at0 = tm * w.units * 32 + lane;
+  auto load_meta = [&](int64_t sl, uint32_t(&m)[2][5]) {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * 5;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
+  };
+  uint32_t meta[2][5], meta_n[2][5];
+  load_meta(0, meta_n);
+  typename F::Raw raw[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
+  // LBO: a step's second 8 columns are kN rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
+  const uint64_t lbo_sbo = (uint64_t((kN * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+  float c[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) c[i] = 0.0f;
+  uint32_t a[2][4][4];
+  for (int64_t sl = 0; sl < w.slices; ++sl) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
+    if (sl + 1 < w.slices) load_meta(sl + 1, meta_n);
+#pragma unroll
+    for (int uu = 0; uu < 4; ++uu) {  // K-quant rows are whole 256-column slices: four units each
+      const int64_t u = sl * 4 + uu;
+      const typename F::Raw cur = raw[0];
+#pragma unroll
+      for (int i = 0; i + 1 < kAhead; ++i) raw[i] = raw[i + 1];
+      if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
+      F::frags(meta, uu, cur, wsc, a[uu & 1]);
+      const uint32_t stage = uint32_t(u % kF16Stages), bar = bar0 + 8 * stage;
+      asm volatile(
+          "{\n.reg .pred done;\nwait_%=:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra wait_%=;\n}\n" ::"r"(bar),
+          "r"(uint32_t((u / kF16Stages) & 1))
+          : "memory");
+      const uint32_t lo = ((base + stage * kUnitB) >> 4) | uint32_t(lbo_sbo);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
+        const uint64_t desc = (lbo_sbo >> 32 << 32) | (lo + uint32_t(st * kStepB >> 4));
+        wgmma_f16<kN>(c, a[uu & 1][st], desc, (u > 0 || st > 0) ? 1 : 0);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      __syncthreads();  // every warp's wgmma of slice u - 1 is done: its stage can be refilled
+      if (tid == 0 && u >= 1 && u - 1 + kF16Stages < w.units) {
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fetch(u - 1 + kF16Stages);
+      }
+    }
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) asm volatile("" : "+f"(c[i])::"memory");
+  const int64_t row0 = rb * kN;
+#pragma unroll
+  for (int jn = 0; jn < kN / 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
+      if (o >= w.n_out || row >= A.n_rows) continue;
+      const int64_t at_y = row * w.n_out + o;
+      const float v = ldexpf(c[4 * jn + e], -(A.xe[row] + w.f16_exp));
+      A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], v) : v;
+      if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1) A.y[at_y + 1] = v;  // planted: a write past the end
+    }
+#else
+  __trap();  // launched only where the sm_90a code runs (f16_prompt_takes)
+#endif
+}
+
+}  // namespace tf::cuda
