@@ -130,7 +130,8 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
 std::string check_prompt(GgmlType type) {
   std::mt19937 rng(8765 + uint32_t(type));
   const std::string name(ggml_type_name(type));
-  for (auto [n_in, n_out] : {std::pair<int64_t, int64_t>{768, 1536}, {1536, 520}, {256, 33}, {4608, 2056}, {256, 16896}}) {
+  for (auto [n_in, n_out] :
+       {std::pair<int64_t, int64_t>{768, 1536}, {1536, 520}, {256, 33}, {4608, 2056}, {256, 16896}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
@@ -181,8 +182,8 @@ std::string check_prompt(GgmlType type) {
           const double bound = (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag +
                                0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx);
           if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
-            return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", name, n_in, n_out, rows, r, o, got,
-                               ref, bound);
+            return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", name, n_in, n_out, rows, r, o,
+                               got, ref, bound);
         }
         std::vector<float> alone(static_cast<size_t>(n_out));
         cuda::gemv_prompt(m, dx.as<float>() + r * n_in, 1, d1.as<float>());
@@ -190,6 +191,15 @@ std::string check_prompt(GgmlType type) {
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
           return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, n_in, n_out, r, rows,
                              d);
+      }
+      {  // x staged once for several products (gemv_prompt_stage) gives the same bits
+        Dev d2(size_t(rows * n_out) * 4);
+        cuda::gemv_prompt_stage(m, dx.as<float>(), rows);
+        cuda::gemv_prompt(m, dx.as<float>(), rows, d2.as<float>(), nullptr, true);
+        std::vector<float> staged(size_t(rows * n_out));
+        cuda::copy_to_host(staged.data(), d2.p, staged.size() * 4);
+        if (int64_t d = first_bit_difference(staged.data(), y.data(), staged.size()); d >= 0)
+          return fmt::format("{}: {}x{} rows={}: the staged product differs at {}", name, n_in, n_out, rows, d);
       }
       auto res = random_floats(size_t(rows * n_out), rng);  // y = res + W x, one rounding, in place
       cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
@@ -260,7 +270,8 @@ int main() {
       fault = contract::check_gemv(t, false);
       return fault.empty() ? fault : fault + " (many rows on the register kernel)";
     };
-  for (auto [name, t] : {std::pair<const char*, GgmlType>{"prompt.q4_k", GgmlType::Q4_K}, {"prompt.q6_k", GgmlType::Q6_K}})
+  for (auto [name, t] :
+       {std::pair<const char*, GgmlType>{"prompt.q4_k", GgmlType::Q4_K}, {"prompt.q6_k", GgmlType::Q6_K}})
     checks[name] = [t = t] { return contract::check_prompt(t); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},

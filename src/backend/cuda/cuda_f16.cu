@@ -35,25 +35,46 @@ bool type_ready() {
   return kernel_ready<kType, 128>() && kernel_ready<kType, 256>();
 }
 
-template <int kType, int kN>
-void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
-  const int64_t rows_pad = (n_rows + kN - 1) / kN * kN;
+// What f16_stage left in the scratch: staged products must match it, or they would read another x's image.
+struct Staged {
+  const float* x = nullptr;
+  int64_t n_in = -1, n_rows = -1;
+  uint64_t epoch = 0;
+};
+Staged g_staged;
+
+int* exps_of(uint8_t* base, int64_t n_in, int64_t n_rows) {
+  return reinterpret_cast<int*>(base + align256(size_t(padded_rows(n_rows) * n_in) * 2));
+}
+
+template <int kN>
+uint8_t* stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {
   uint8_t* base = mma_scratch_own(f16_scratch_bytes(w, n_rows));
-  F16Args a{w, base, reinterpret_cast<const int*>(base + align256(size_t(padded_rows(n_rows) * w.n_in) * 2)),
-            int(n_rows), y, residual, ctl};
-  launch_k(f16_stage_kernel<kN>, unsigned(rows_pad), 256, 0, x, w.n_in, n_rows, base, const_cast<int*>(a.xe), ctl);
+  launch_k(f16_stage_kernel<kN>, unsigned((n_rows + kN - 1) / kN * kN), 256, 0, x, w.n_in, n_rows, base,
+           exps_of(base, w.n_in, n_rows), ctl);
+  return base;
+}
+
+template <int kType, int kN>
+void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+            bool staged) {
+  const int64_t rows_pad = (n_rows + kN - 1) / kN * kN;
+  uint8_t* base = staged ? mma_scratch_base() : stage<kN>(w, x, n_rows, ctl);
+  F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
   launch_k(f16_wgmma_kernel<kType, kN>, grid, kF16Warps * 32, f16_smem_bytes(kN), a);
 }
 
 template <int kType>
-void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
-  // 256 rows a block decode each weight for twice the rows, where the grid still fills the device twice over.
+void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+                 bool staged) {
+  // 256 rows a block decode each weight for twice the rows, where the grid still fills the device twice over; a
+  // staged image is always of 128-row blocks.
   const int64_t col_blocks = ((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps;
-  if ((n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
-    launch<kType, 256>(w, x, n_rows, y, residual, ctl);
+  if (!staged && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
+    launch<kType, 256>(w, x, n_rows, y, residual, ctl, false);
   else
-    launch<kType, 128>(w, x, n_rows, y, residual, ctl);
+    launch<kType, 128>(w, x, n_rows, y, residual, ctl, staged);
 }
 
 }  // namespace
@@ -75,13 +96,28 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   return align256(size_t(padded_rows(n_rows) * w.n_in) * 2) + align256(size_t(padded_rows(n_rows)) * 4);
 }
 
-void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl) {
+void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {
+  if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
+  g_staged = {};
+  if (n_rows <= 0) return;
+  stage<128>(w, x, n_rows, ctl);
+  g_staged = {x, w.n_in, n_rows, mma_scratch_epoch()};
+}
+
+void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+              bool staged) {
   if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
   if (n_rows <= 0) return;
+  if (staged && (g_staged.x != x || g_staged.n_in != w.n_in || g_staged.n_rows != n_rows ||
+                 g_staged.epoch != mma_scratch_epoch()))
+    throw std::logic_error(
+        "CUDA prompt products: a staged product must follow gemv_prompt_stage of its x, with only "
+        "staged products between");
+  if (!staged) g_staged = {};
   if (w.type == GgmlType::Q4_K)
-    launch_type<int(GgmlType::Q4_K)>(w, x, n_rows, y, residual, ctl);
+    launch_type<int(GgmlType::Q4_K)>(w, x, n_rows, y, residual, ctl, staged);
   else
-    launch_type<int(GgmlType::Q6_K)>(w, x, n_rows, y, residual, ctl);
+    launch_type<int(GgmlType::Q6_K)>(w, x, n_rows, y, residual, ctl, staged);
 }
 
 }  // namespace tf::cuda

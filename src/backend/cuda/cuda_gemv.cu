@@ -171,10 +171,16 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
 
 bool gemv_prompt_takes(const DeviceMatrix& w) { return f16_takes(w); }
 
-void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual) {
+void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, bool staged) {
   check_product(w, x);
-  f16_gemm(w, x, n_rows, y, residual, active_control());
+  f16_gemm(w, x, n_rows, y, residual, active_control(), staged);
   check(cudaGetLastError(), "gemv_prompt launch");
+}
+
+void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows) {
+  check_product(w, x);
+  f16_stage(w, x, n_rows, active_control());
+  check(cudaGetLastError(), "gemv_prompt_stage launch");
 }
 
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre) {

@@ -60,7 +60,10 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
 // Prompt rows' products (f16_prompt.cuh): fp16 x under a per-row power of two against weights dequantised to fp16,
 // one f32 tensor-core chain a row. Row-invariant, but not the bits of gemv, so only rows of prompts may take it.
 bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, on compute capability 9.0
-void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr);
+// staged: x's image comes from gemv_prompt_stage, with only staged prompt products since (they may run side by side).
+void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
+                 bool staged = false);
+void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
 // One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre);
 // Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.

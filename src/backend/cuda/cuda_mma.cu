@@ -143,6 +143,7 @@ struct Staged {
   const void* xs = nullptr;
 };
 Staged g_staged;
+uint64_t g_epoch = 0;  // see mma_scratch_epoch
 
 // Where x's warpgroup-mma image lives in the scratch: after xs and xsum, the same place for every product of n_in.
 void wg_image(MmaArgs& a, int64_t n_in, int64_t n_rows) {
@@ -154,6 +155,7 @@ void wg_image(MmaArgs& a, int64_t n_in, int64_t n_rows) {
 
 bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl) {
   g_staged = {};
+  g_epoch += 1;
   if (!pre.xs || n_rows <= 0 || n_rows > (int64_t(1) << 30) || !wgmma_wanted(n_rows)) return false;
   mma_reserve(scratch_bytes(w, n_rows, true));
   MmaArgs a{w, static_cast<const uint4*>(pre.xs), pre.xsum, int(n_rows), nullptr, nullptr, nullptr, ctl};
@@ -165,9 +167,13 @@ bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl
 
 uint8_t* mma_scratch_own(size_t bytes) {
   g_staged = {};
+  g_epoch += 1;
   mma_reserve(bytes);
   return static_cast<uint8_t*>(g_scratch);
 }
+
+uint64_t mma_scratch_epoch() { return g_epoch; }
+uint8_t* mma_scratch_base() { return static_cast<uint8_t*>(g_scratch); }
 
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre, Partials* defer, float* buf) {
@@ -182,6 +188,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
                              "staged products between");
   } else {
     g_staged = {};  // this call may overwrite the image
+    g_epoch += 1;
   }
   mma_reserve(scratch_bytes(w, n_rows, wg));
   auto* base = static_cast<uint8_t*>(g_scratch);

@@ -28,10 +28,15 @@ int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this
 bool mma_wgmma_device();       // whether this device runs the warpgroup-mma build
 // The shared scratch, at least `bytes`, for a user other than the products above (whose staged image it clobbers).
 uint8_t* mma_scratch_own(size_t bytes);
+// Bumped by every writer of the scratch, so a staged image can tell it is still there.
+uint64_t mma_scratch_epoch();
+uint8_t* mma_scratch_base();  // where it is now (no reservation)
 // Prompt rows' fp16 products (cuda_f16.cu); TF_CUDA_PROMPT_F16=0 keeps prompt rows on the products above.
 bool f16_enabled();
 bool f16_takes(const DeviceMatrix& w);
 size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
-void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl);
+void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
+              bool staged = false);
+void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl);
 
 }  // namespace tf::cuda

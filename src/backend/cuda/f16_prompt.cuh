@@ -60,7 +60,9 @@ struct F16W<int(GgmlType::Q4_K)> {  // w = fp16(q * fp16(D sc) + fp16(-Dmin m)),
   struct Raw {
     uint4 q;
   };
-  static __device__ Raw load(const DeviceMatrix& w, int64_t at) { return {__ldg(reinterpret_cast<const uint4*>(w.q) + at)}; }
+  static __device__ Raw load(const DeviceMatrix& w, int64_t at) {
+    return {__ldg(reinterpret_cast<const uint4*>(w.q) + at)};
+  }
   static __device__ void frags(const uint32_t (&m)[2][5], int uu, const Raw& r, float wsc, uint32_t (&a)[4][4]) {
 #pragma unroll
     for (int gi = 0; gi < 2; ++gi) {

@@ -1,14 +1,14 @@
 // Host side of the tensor-core weight layout: GGUF blocks repacked into per-lane mma fragments of small integers.
 #include "backend/cuda/mma_pack.h"
 
-#include "base/scalar.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "base/scalar.h"
 
 namespace tf::cuda {
 namespace {

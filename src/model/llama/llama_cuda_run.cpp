@@ -119,7 +119,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   };
   // Prompt rows: their Q4_K and Q6_K products take the prompt kernels, whole (no partials, no side stream).
   auto fp = [&](const DevWeight& w) { return prompt && cuda::gemv_prompt_takes(w); };
-  auto prod = [&](const DevWeight& w, const float* x, int64_t rows, float* y, const float* res, const cuda::SplitX& pre) {
+  auto prod = [&](const DevWeight& w, const float* x, int64_t rows, float* y, const float* res,
+                  const cuda::SplitX& pre) {
     if (fp(w))
       cuda::gemv_prompt(w, x, rows, y, res);
     else
@@ -142,8 +143,11 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     const bool beside = prefetch && !whole && layer_bytes * 4 <= layer_weights * 3;
     for (const DevWeight* w : mats)
       if (w->q && (whole || (beside && (w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)))) pull(*w);
-    // The norm also writes its output split for the tensor-core products, so they skip their own split kernel.
-    const cuda::SplitX pre_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
+    // The norm also writes its output split for the tensor-core products, so they skip their own split kernel; not
+    // where every product that reads it takes the prompt kernels, which read x itself.
+    const cuda::SplitX split_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
+    const bool qkv_f16 = fp(Ly.wq) && (Ly.fused_qkv || (fp(Ly.wk) && fp(Ly.wv)));
+    const cuda::SplitX pre_e = qkv_f16 ? cuda::SplitX{} : split_e;
     cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     // One stacked [Q | K | V] product, or three whose K and V may stay partials for rope_store to add.
     int64_t q_stride = Dq;
@@ -153,6 +157,19 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = Dq + 2 * Dkv;
       ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
+    } else if (!Ly.bq && !Ly.bk && !Ly.bv && qkv_f16) {
+      // Prompt rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
+      cuda::gemv_prompt_stage(Ly.wq, h_, n);
+      cuda::side_fork();
+      cuda::SideJoin qkv_join;
+      {
+        cuda::SideLaunches side;
+        cuda::gemv_prompt(Ly.wk, h_, n, k_, nullptr, true);
+        cuda::gemv_prompt(Ly.wv, h_, n, v_, nullptr, true);
+      }
+      cuda::gemv_prompt(Ly.wq, h_, n, q_, nullptr, true);
+      qkv_join.on = false;
+      TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
     } else if (!Ly.bq && !Ly.bk && !Ly.bv && n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
                cuda::gemv_stage(Ly.wq, n, pre_e)) {
       // Many rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
@@ -197,7 +214,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
     cuda::SplitX pre_o;
     if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
-      if (Dq % 64 == 0) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this one
+      if (Dq % 64 == 0 && !fp(Ly.wo)) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this
       // No row holds more keys than the pool, which the partials were sized for.
       const int64_t keys = std::min(width * page_size_, att_keys_);
       const cuda::AttnChunks chunks{att_part_, kAttnChunkRows,
@@ -215,24 +232,25 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     } else {
       prod(Ly.wo, att_, n, x_, x_, pre_o);
     }
-    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
+    const cuda::SplitX pre_g = fp(Ly.gate) && (Ly.fused_ffn || fp(Ly.up)) ? cuda::SplitX{} : split_e;
+    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_g.xs, pre_g.xsum);
     cuda::SplitX pre_f;
     if (Ly.fused_ffn) {
       if (c.n_ff % 64 == 0) {
         cuda::Partials gp;  // SwiGLU adds any slices
         if (fp(Ly.gate))
-          prod(Ly.gate, h_, n, g_, nullptr, pre_e);
+          prod(Ly.gate, h_, n, g_, nullptr, pre_g);
         else
-          gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_e);
-        pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
+          gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_g);
+        if (!fp(Ly.down)) pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
         cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
       } else {
-        prod(Ly.gate, h_, n, g_, nullptr, pre_e);
+        prod(Ly.gate, h_, n, g_, nullptr, pre_g);
         cuda::swiglu_pairs(g_, n, c.n_ff, u_);
       }
     } else {
-      prod(Ly.gate, h_, n, g_, nullptr, pre_e);
-      prod(Ly.up, h_, n, u_, nullptr, pre_e);
+      prod(Ly.gate, h_, n, g_, nullptr, pre_g);
+      prod(Ly.up, h_, n, u_, nullptr, pre_g);
       cuda::swiglu(g_, u_, u_, n * c.n_ff);
     }
     prod(Ly.down, u_, n, x_, x_, pre_f);
@@ -247,8 +265,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
                      cand_scratch_);
 }
 
-void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
-                         int64_t& n_logits, bool prompt, int64_t off) {
+void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits,
+                         bool prompt, int64_t off) {
   const int64_t n = int64_t(rows.size());
   const int64_t width = stage_inputs(rows, sampling, n_logits, off);
   const bool sample = sampling != nullptr;

@@ -1,0 +1,145 @@
+// Prompt rows on Hopper: a small Q4_K_M-like model whose prompt rows take the fp16 prompt products. Their logits do
+// not depend on how the prompt is chunked, they are not the decode rows' bits, and a round mixing one sequence's
+// prompt rows with another's decode row gives each row the bits it has alone. Exits 77 without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "../unit/gguf_builder.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_mma.h"
+#include "base/scalar.h"
+#include "engine/direct.h"
+#include "engine/kv_cache.h"
+#include "io/gguf.h"
+#include "model/llama/llama_cuda.h"
+
+namespace tf {
+namespace {
+
+constexpr int64_t kE = 256, kH = 4, kKv = 2, kD = 64, kF = 512, kV = 1024, kL = 2;
+
+// Random valid blocks: Q4_K (type 12) with d and dmin small, Q6_K (14) with d small, F32 norms of one.
+std::string write_model() {
+  struct T {
+    std::string name;
+    int64_t n_in, n_out;
+    uint32_t type;
+  };
+  std::vector<T> ts = {
+      {"token_embd.weight", kE, kV, 12}, {"output_norm.weight", kE, 1, 0}, {"output.weight", kE, kV, 14}};
+  for (int l = 0; l < kL; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const T& t : std::vector<T>{{b + "attn_norm.weight", kE, 1, 0},
+                                     {b + "ffn_norm.weight", kE, 1, 0},
+                                     {b + "attn_q.weight", kE, kH * kD, 12},
+                                     {b + "attn_k.weight", kE, kKv * kD, 12},
+                                     {b + "attn_v.weight", kE, kKv * kD, 14},
+                                     {b + "attn_output.weight", kH * kD, kE, 12},
+                                     {b + "ffn_gate.weight", kE, kF, 12},
+                                     {b + "ffn_up.weight", kE, kF, 12},
+                                     {b + "ffn_down.weight", kF, kE, 14}})
+      ts.push_back(t);
+  }
+  auto bytes = [](const T& t) {
+    return size_t(t.n_out) * size_t(t.type == 0 ? t.n_in * 4 : t.n_in / 256 * (t.type == 12 ? 144 : 210));
+  };
+  GgufBuilder g;
+  g.header(ts.size(), 10);
+  g.kv_string("general.architecture", "llama");
+  g.kv_u32("llama.embedding_length", kE);
+  g.kv_u32("llama.block_count", kL);
+  g.kv_u32("llama.feed_forward_length", kF);
+  g.kv_u32("llama.attention.head_count", kH);
+  g.kv_u32("llama.attention.head_count_kv", kKv);
+  g.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  g.kv_u32("llama.vocab_size", kV);
+  g.kv_u32("llama.context_length", 1024);
+  g.kv_u32("general.alignment", 32);
+  uint64_t off = 0;
+  for (const T& t : ts) {
+    const std::vector<uint64_t> ne = t.type == 0 ? std::vector<uint64_t>{uint64_t(t.n_in)}
+                                                 : std::vector<uint64_t>{uint64_t(t.n_in), uint64_t(t.n_out)};
+    g.tensor(t.name, ne, t.type, off);
+    off = (off + bytes(t) + 31) / 32 * 32;
+  }
+  g.align();
+  std::mt19937 rng(5);
+  auto put16 = [&](size_t at, float v) {
+    const uint16_t h = f32_to_f16(v);
+    g.b[at] = uint8_t(h), g.b[at + 1] = uint8_t(h >> 8);
+  };
+  for (const T& t : ts) {
+    const size_t at = g.b.size(), n = bytes(t);
+    if (t.type == 0) {
+      for (int64_t i = 0; i < t.n_in; ++i) g.put<float>(1.0f);
+    } else {
+      for (size_t i = 0; i < n; ++i) g.b.push_back(uint8_t(rng()));
+      const size_t blk = t.type == 12 ? 144 : 210;
+      for (size_t b = at; b < at + n; b += blk) {
+        if (t.type == 12)
+          put16(b, 3e-3f), put16(b + 2, 1.5e-3f);
+        else
+          put16(b + 208, 4e-4f);
+      }
+    }
+    g.align();
+  }
+  return g.write("prompt_q4km.gguf");
+}
+
+std::vector<float> feed(Model& m, const std::vector<int32_t>& ids, int64_t chunk, bool prompt) {
+  DirectSequence seq(m, int64_t(ids.size()));
+  std::vector<float> out(ids.size() * size_t(kV));
+  for (size_t p = 0; p < ids.size(); p += size_t(chunk))
+    seq.feed(ids.data() + p, std::min<int64_t>(chunk, int64_t(ids.size() - p)), out.data() + p * kV, true, prompt);
+  return out;
+}
+
+TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  LlamaCudaModel m(std::make_shared<GgufFile>(write_model()));
+  ASSERT_TRUE(m.prompt_arithmetic_differs());
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % kV);
+  const std::vector<float> whole = feed(m, ids, 40, true), chunked = feed(m, ids, 7, true);
+  EXPECT_EQ(std::memcmp(whole.data(), chunked.data(), whole.size() * 4), 0) << "prompt logits depend on the chunks";
+  const std::vector<float> decode = feed(m, ids, 40, false);
+  EXPECT_NE(std::memcmp(whole.data(), decode.data(), whole.size() * 4), 0) << "prompt rows took the decode products";
+  // One forward: sequence B's decode row at position 5, then sequence A's first 9 prompt rows.
+  KvCache kv(32, 16, 0);
+  m.bind_kv(32, 16);
+  KvLease a = *kv.acquire({}, 64), b = *kv.acquire({}, 64), c = *kv.acquire({}, 64);
+  std::vector<float> scratch(kV);
+  for (const KvLease* l : {&b, &c}) {  // B's prefix, and a copy of it for B's row alone
+    std::vector<BatchRow> pre;
+    for (int32_t i = 0; i < 5; ++i) pre.push_back({&l->pages, ids[size_t(20 + i)], i, false, true});
+    m.forward(pre, scratch.data());
+  }
+  std::vector<BatchRow> mixed{{&b.pages, ids[25], 5, true, false}};
+  for (int32_t i = 0; i < 9; ++i) mixed.push_back({&a.pages, ids[size_t(i)], i, true, true});
+  std::vector<float> got(10 * size_t(kV));
+  m.forward(mixed, got.data());
+  for (size_t r = 1; r < 10; ++r)
+    EXPECT_EQ(std::memcmp(whole.data() + (r - 1) * kV, got.data() + r * kV, kV * 4), 0) << "prompt row " << r - 1;
+  std::vector<BatchRow> solo{{&c.pages, ids[25], 5, true, false}};
+  std::vector<float> alone(kV);
+  m.forward(solo, alone.data());
+  EXPECT_EQ(std::memcmp(alone.data(), got.data(), kV * 4), 0) << "the decode row of the mixed round";
+}
+
+}  // namespace
+}  // namespace tf
+
+int main(int argc, char** argv) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
