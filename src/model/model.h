@@ -69,8 +69,7 @@ class Model {
   // Runs every row; writes [n_wanted, n_vocab] logits in row order for rows with want_logits. Rows of one sequence
   // must be consecutive with increasing positions; a row's bits do not depend on the other rows.
   virtual void forward(const std::vector<BatchRow>& rows, float* logits) = 0;
-  // Whether prompt rows take another arithmetic than decode rows (each row-invariant on its own): then only KV that
-  // prompt rows wrote may enter the prefix cache, so a resumed prompt gets the bits of a fresh one.
+  // Prompt rows take another arithmetic than decode rows: only their KV may enter the prefix cache (resumed == fresh).
   virtual bool prompt_arithmetic_differs() const { return false; }
   // Backends that keep logits on the device return candidates instead (one per want_logits row, in row order).
   virtual bool device_sampling() const { return false; }

@@ -1,9 +1,8 @@
-// Prompt rows on Hopper: a small Q4_K_M-like model whose prompt rows take the fp16 prompt products. Their logits do
-// not depend on how the prompt is chunked, they are not the decode rows' bits, and a round mixing one sequence's
-// prompt rows with another's decode row gives each row the bits it has alone. Exits 77 without a GPU.
+// Prompt rows on Hopper (fp16 prompt products): chunk-invariant, not decode's bits, mixed rounds equal solo rows.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -109,7 +108,7 @@ TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
   EXPECT_EQ(std::memcmp(whole.data(), chunked.data(), whole.size() * 4), 0) << "prompt logits depend on the chunks";
   const std::vector<float> decode = feed(m, ids, 40, false);
   EXPECT_NE(std::memcmp(whole.data(), decode.data(), whole.size() * 4), 0) << "prompt rows took the decode products";
-  // One forward: sequence B's decode row at position 5, then sequence A's first 9 prompt rows.
+  // One forward: sequence A's first 9 prompt rows, then sequence B's decode row at position 5 (run first, mapped back).
   KvCache kv(32, 16, 0);
   m.bind_kv(32, 16);
   KvLease a = *kv.acquire({}, 64), b = *kv.acquire({}, 64), c = *kv.acquire({}, 64);
@@ -119,16 +118,28 @@ TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
     for (int32_t i = 0; i < 5; ++i) pre.push_back({&l->pages, ids[size_t(20 + i)], i, false, true});
     m.forward(pre, scratch.data());
   }
-  std::vector<BatchRow> mixed{{&b.pages, ids[25], 5, true, false}};
+  std::vector<BatchRow> mixed;
   for (int32_t i = 0; i < 9; ++i) mixed.push_back({&a.pages, ids[size_t(i)], i, true, true});
+  mixed.push_back({&b.pages, ids[25], 5, true, false});
   std::vector<float> got(10 * size_t(kV));
   m.forward(mixed, got.data());
-  for (size_t r = 1; r < 10; ++r)
-    EXPECT_EQ(std::memcmp(whole.data() + (r - 1) * kV, got.data() + r * kV, kV * 4), 0) << "prompt row " << r - 1;
+  for (size_t r = 0; r < 9; ++r)
+    EXPECT_EQ(std::memcmp(whole.data() + r * kV, got.data() + r * kV, kV * 4), 0) << "prompt row " << r;
   std::vector<BatchRow> solo{{&c.pages, ids[25], 5, true, false}};
   std::vector<float> alone(kV);
   m.forward(solo, alone.data());
-  EXPECT_EQ(std::memcmp(alone.data(), got.data(), kV * 4), 0) << "the decode row of the mixed round";
+  EXPECT_EQ(std::memcmp(alone.data(), got.data() + 9 * size_t(kV), kV * 4), 0) << "the decode row of the mixed round";
+  // The same round sampled on the device: candidates and full logits rows in row order too (it rewrites the same KV).
+  std::vector<RowSampling> sampling(10);
+  std::vector<RowCandidates> cand;
+  m.forward_sample(mixed, sampling, cand);
+  ASSERT_EQ(cand.size(), 10u);
+  for (size_t r = 0; r < 10; ++r) {
+    const float* row = got.data() + r * kV;
+    EXPECT_EQ(cand[r].greedy, int32_t(std::max_element(row, row + kV) - row)) << "candidates of row " << r;
+    m.last_logits_row(int64_t(r), alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), row, kV * 4), 0) << "last_logits_row " << r;
+  }
 }
 
 }  // namespace

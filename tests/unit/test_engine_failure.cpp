@@ -158,12 +158,6 @@ TEST(EngineRounds, AReservationTheModelRefusesStopsTheEngineAtStartup) {
   }
 }
 
-}  // namespace
-}  // namespace tf
-
-namespace tf {
-namespace {
-
 // Records each row's position and kind; says prompt rows take their own arithmetic when `differs`.
 class KindModel : public TestModel {
  public:

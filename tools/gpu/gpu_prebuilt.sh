@@ -10,7 +10,8 @@ mkdir -p "$LOGS" build/cuda-release/tests /opt/tfdeps
 for f in .gpu-deps/*.deb; do dpkg -x "$f" /opt/tfdeps; done
 if [ "${SKIP_BINS:-0}" != 1 ]; then
   tar -xJf .gpubin/bins.tar.xz -C build/cuda-release
-  for b in contract_cuda_ctl test_cuda_prompt test_cuda_model bench_cuda_gemv bench_cuda_attention bench_cuda_gemm; do  # pack_bins.sh's TESTS
+  # pack_bins.sh's TESTS
+  for b in contract_cuda_ctl test_cuda_prompt test_cuda_model bench_cuda_gemv bench_cuda_attention bench_cuda_gemm; do
     mv "build/cuda-release/$b" build/cuda-release/tests/ 2>/dev/null
   done
 fi

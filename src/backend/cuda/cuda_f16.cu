@@ -68,8 +68,7 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
 template <int kType>
 void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
                  bool staged) {
-  // 256 rows a block decode each weight for twice the rows, where the grid still fills the device twice over; a
-  // staged image is always of 128-row blocks.
+  // 256 rows a block halve the decode work where the grid still fills the device twice; staged images hold 128.
   const int64_t col_blocks = ((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps;
   if (!staged && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
     launch<kType, 256>(w, x, n_rows, y, residual, ctl, false);

@@ -57,8 +57,7 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
-// Prompt rows' products (f16_prompt.cuh): fp16 x under a per-row power of two against weights dequantised to fp16,
-// one f32 tensor-core chain a row. Row-invariant, but not the bits of gemv, so only rows of prompts may take it.
+// Prompt rows' products (f16_prompt.cuh): row-invariant but not gemv's bits, so only prompt rows may take them.
 bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, on compute capability 9.0
 // staged: x's image comes from gemv_prompt_stage, with only staged prompt products since (they may run side by side).
 void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,

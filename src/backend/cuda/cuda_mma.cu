@@ -56,6 +56,7 @@ __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices,
 
 void* g_scratch = nullptr;
 size_t g_scratch_bytes = 0;
+uint64_t g_epoch = 0;  // see mma_scratch_epoch
 uint64_t g_generation = 0;  // bumped whenever the scratch moves, so graphs that captured it can be dropped
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -124,6 +125,7 @@ void mma_reserve(size_t bytes) {
   if (g_scratch) cudaFree(g_scratch);
   g_scratch = p, g_scratch_bytes = bytes;
   g_generation += 1;
+  g_epoch += 1;
 }
 
 uint64_t mma_scratch_generation() { return g_generation; }
@@ -143,7 +145,6 @@ struct Staged {
   const void* xs = nullptr;
 };
 Staged g_staged;
-uint64_t g_epoch = 0;  // see mma_scratch_epoch
 
 // Where x's warpgroup-mma image lives in the scratch: after xs and xsum, the same place for every product of n_in.
 void wg_image(MmaArgs& a, int64_t n_in, int64_t n_rows) {

@@ -9,11 +9,7 @@
 #include "backend/cuda/mma_formats.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 
-// Prompt rows on Hopper: Q4_K and Q6_K products at one fp16 wgmma a 16-column step. Per element (row r, output o):
-// x as fp16 under the row's power of two 2^e_r (max |x| into [2^14, 2^15)), each weight dequantised to fp16 under
-// the matrix's power of two 2^e_w by fixed half-precision steps, one f32 tensor-core chain over the whole row, then
-// y = C * 2^-(e_r + e_w). No value crosses rows and the chain does not depend on the tile, so a row's bits do not
-// depend on the call; they are not the decode products' bits (mma_kernels.cuh), which is why only prompt rows run here.
+// Prompt rows' Q4_K and Q6_K products at one fp16 wgmma a step: row-invariant, but not decode's bits (architecture.md).
 namespace tf::cuda {
 
 #if defined(TF_CTL) && TF_CTL
@@ -119,8 +115,7 @@ struct F16W<int(GgmlType::Q6_K)> {  // w = fp16((u - 32) * fp16(D sc)), D = d 2^
   }
 };
 
-// One block per padded row: e_r from the row's largest finite |x|, then x * 2^e_r as fp16 into the image of kN-row
-// blocks; rows past n_rows are zeros.
+// A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.
 template <int kN>
 __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
                                  int* __restrict__ xe, int ctl) {
@@ -136,16 +131,18 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   };
   float mx = 0.0f;
   if (live)
-    for (int64_t c = threadIdx.x; c < n_in; c += blockDim.x) mx = fmaxf(mx, fabsf(at(c)));  // fmaxf skips NaN
+    for (int64_t c = threadIdx.x; c < n_in; c += blockDim.x) {
+      const float v = at(c);
+      if (isfinite(v)) mx = fmaxf(mx, fabsf(v));  // infinities stay infinite under any power of two
+    }
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, off));
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
   __syncthreads();
   mx = 0.0f;
   for (int i = 0; i < int(blockDim.x >> 5); ++i) mx = fmaxf(mx, red[i]);
   int ex = 0;
-  const bool scaled = mx > 0.0f && isfinite(mx);  // an infinite row stays unscaled, so its infinities carry through
-  if (scaled) frexpf(mx, &ex);
-  const int e = scaled ? 15 - ex : 0;
+  if (mx > 0.0f) frexpf(mx, &ex);
+  const int e = mx > 0.0f ? 15 - ex : 0;
   if (threadIdx.x == 0) xe[r] = e;
   const int64_t rb = r / kN, n = r % kN;
   for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {  // eight columns a thread: one 16-byte store
@@ -159,8 +156,7 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   }
 }
 
-// A block of two warpgroups over 128 outputs x kN rows: thread 0 brings each 64-column slice of x's image by one bulk
-// copy into a ring of kF16Stages; every thread loads its own weights two slices ahead and decodes them in registers.
+// Two warpgroups over 128 outputs x kN rows; x's units arrive by bulk copy, each thread loads its weights 2 ahead.
 template <int kType, int kN>
 __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A) {
   grid_wait();
@@ -264,7 +260,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
       if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1) A.y[at_y + 1] = v;  // planted: a write past the end
     }
 #else
-  __trap();  // launched only where the sm_90a code runs (f16_prompt_takes)
+  __trap();  // launched only where the sm_90a code runs (f16_takes)
 #endif
 }
 

@@ -87,8 +87,7 @@ void decode_row(GgmlType t, const uint8_t* row, int64_t n_in, int64_t n_slices, 
   }
 }
 
-// Q4_K and Q6_K: the power of two that puts the matrix's largest possible |weight| into [2^14, 2^15), so the prompt
-// products' fp16 weights neither overflow nor lose their small values to subnormals; none where a scale is not finite.
+// The power of two putting a K-quant matrix's largest possible |weight| into [2^14, 2^15), for fp16 weights.
 void f16_exponent(GgmlType t, const uint8_t* src, int64_t n_in, int64_t n_out, DeviceMatrix& m) {
   if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return;
   const int64_t blocks = n_out * (n_in / 256);

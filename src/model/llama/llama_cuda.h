@@ -53,7 +53,7 @@ class LlamaCudaModel : public Model {
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits,
                        int64_t off);
-  // `prompt`: the rows are prompt rows, whose Q4_K and Q6_K products take gemv_prompt; logits rows start at row `off`.
+  // `prompt`: prompt rows, whose Q4_K and Q6_K products take gemv_prompt (never in a graph); logits from row `off`.
   void launch(int64_t n, int64_t m, int64_t max_pages, bool sample, bool graph, bool prompt, int64_t off);
   void run(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits, bool prompt,
            int64_t off);
@@ -92,8 +92,7 @@ class LlamaCudaModel : public Model {
   int64_t last_logit_rows_ = 0;
   bool prompt_f16_ = false;          // some product takes gemv_prompt for prompt rows
   std::vector<int64_t> logit_slot_;  // the device row of each logits row of the last round
-  // (rows, page-table width, sampling, prompt rows, first logits row) -> graph
-  std::map<std::tuple<int64_t, int64_t, bool, bool, int64_t>, void*> graphs_;
+  std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // decode rounds: (rows, table width, sampling)
   uint64_t graphs_generation_ = 0;                              // the product scratch the graphs captured
   std::vector<char> cand_host_;
 };

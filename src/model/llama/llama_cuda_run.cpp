@@ -117,7 +117,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   auto pull = [&](const cuda::DeviceMatrix& w, double head = 1.0) {
     if (prefetch) left -= cuda::prefetch_weights(w, head, left);
   };
-  // Prompt rows: their Q4_K and Q6_K products take the prompt kernels, whole (no partials, no side stream).
+  // Prompt rows: their Q4_K and Q6_K products take the prompt kernels, whole (no partials).
   auto fp = [&](const DevWeight& w) { return prompt && cuda::gemv_prompt_takes(w); };
   auto prod = [&](const DevWeight& w, const float* x, int64_t rows, float* y, const float* res,
                   const cuda::SplitX& pre) {
@@ -143,8 +143,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     const bool beside = prefetch && !whole && layer_bytes * 4 <= layer_weights * 3;
     for (const DevWeight* w : mats)
       if (w->q && (whole || (beside && (w == &Ly.wq || w == &Ly.wk || w == &Ly.wv)))) pull(*w);
-    // The norm also writes its output split for the tensor-core products, so they skip their own split kernel; not
-    // where every product that reads it takes the prompt kernels, which read x itself.
+    // The norm also writes x split for the tensor-core products, unless only prompt products (reading x) read it.
     const cuda::SplitX split_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     const bool qkv_f16 = fp(Ly.wq) && (Ly.fused_qkv || (fp(Ly.wk) && fp(Ly.wv)));
     const cuda::SplitX pre_e = qkv_f16 ? cuda::SplitX{} : split_e;
@@ -242,7 +241,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
           prod(Ly.gate, h_, n, g_, nullptr, pre_g);
         else
           gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_g);
-        if (!fp(Ly.down)) pre_f = {xs_, xsum_};  // the norm's split is spent; SwiGLU's replaces it
+        if (!fp(Ly.down) || gp.p) pre_f = {xs_, xsum_};  // SwiGLU adds partials only into a split output
         cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
       } else {
         prod(Ly.gate, h_, n, g_, nullptr, pre_g);
@@ -278,11 +277,11 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     }
   } ev;
   ev.t0 = cuda::event_record_now();
-  if (graphs_on_ && n_logits == n && n <= kMaxGraphRows) {
+  if (graphs_on_ && !prompt && n_logits == n && n <= kMaxGraphRows) {
     // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
     if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
     graphs_generation_ = cuda::gemv_scratch_generation();
-    auto key = std::make_tuple(n, width, sample, prompt, off);
+    auto key = std::make_tuple(n, width, sample);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cuda::capture_begin();
@@ -304,8 +303,13 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
 
 int64_t LlamaCudaModel::run_round(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling) {
   bool any_prompt = false, any_decode = false;
-  for (const BatchRow& r : rows) (prompt_f16_ && r.prompt ? any_prompt : any_decode) = true;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    (prompt_f16_ && rows[i].prompt ? any_prompt : any_decode) = true;
+    TF_CHECK(i == 0 || rows[i].pages != rows[i - 1].pages || rows[i].prompt == rows[i - 1].prompt,
+             "a sequence's rows of one forward must all be prompt rows or all not (row {})", i);
+  }
   logit_slot_.clear();
+  last_logit_rows_ = 0;
   int64_t m = 0;
   if (!any_prompt || !any_decode) {
     run(rows, sampling, m, any_prompt, 0);
@@ -328,11 +332,14 @@ int64_t LlamaCudaModel::run_round(const std::vector<BatchRow>& rows, const std::
     if (sampling) samp[p].push_back((*sampling)[size_t(k)]);
   }
   const int64_t n = int64_t(rows.size()), logit_rows = int64_t(order[0].size() + order[1].size());
+  TF_CHECK(!sampling || int64_t(sampling->size()) == logit_rows, "{} sampling rows for {} logits rows",
+           sampling ? sampling->size() : 0, logit_rows);
+  if (n > kCudaMaxRows) fail("a forward of {} rows: the CUDA kernels take at most {}", n, kCudaMaxRows);
   ensure_capacity(n, logit_rows, n * cuda_table_width(std::min(max_pages, kMaxKeys / page_size_ + 1), page_size_));
   int64_t m0 = 0, m1 = 0;
   run(part[0], sampling ? &samp[0] : nullptr, m0, false, 0);
   const double ms = last_device_ms_;
-  cuda::stream_sync();  // the second forward restages the same host buffer
+  cuda::stream_sync();  // the second forward restages the same host buffer (run's timing has waited already)
   run(part[1], sampling ? &samp[1] : nullptr, m1, true, m0);
   last_device_ms_ += ms;
   logit_slot_.assign(size_t(logit_rows), 0);
