@@ -49,6 +49,22 @@ std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb
   return mn;
 }
 
+// The residual form in place (y = res + W x, one rounding) against the separate add of y; `run(out)` computes it.
+std::string residual_differs(const std::vector<float>& y, int64_t n, const Dev& dy, std::mt19937& rng,
+                             const std::function<void(float*)>& run) {
+  auto res = random_floats(size_t(n), rng);
+  cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
+  run(dy.as<float>());
+  std::vector<float> fused(res.size());
+  cuda::copy_to_host(fused.data(), dy.p, fused.size() * 4);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const float want = res[i] + y[i];
+    if (std::memcmp(&want, &fused[i], 4) != 0 && !(std::isnan(want) && std::isnan(fused[i])))
+      return fmt::format("residual form differs at {}: {} vs {}", i, fused[i], want);
+  }
+  return {};
+}
+
 // `table`: the tiled layout (a warp per slice, lane per column); else the tensor-core layout, for formats that have it.
 std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
   std::mt19937 rng(4321 + uint32_t(type) + (table ? 0 : 99));
@@ -110,17 +126,10 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
           return fmt::format("{}: row {} of {} differs from the row alone at col {}", ggml_type_name(type), r, rows, d);
       }
-      // The residual form, in place: y = res + W x with one rounding, exactly the separate add.
-      auto res = random_floats(size_t(rows * n_out), rng);
-      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
-      cuda::gemv(m, dx.as<float>(), rows, dy.as<float>(), dy.as<float>());
-      std::vector<float> fused(res.size());
-      cuda::copy_to_host(fused.data(), dy.p, fused.size() * 4);
-      for (size_t i = 0; i < fused.size(); ++i) {
-        const float want = res[i] + y[i];
-        if (std::memcmp(&want, &fused[i], 4) != 0 && !(std::isnan(want) && std::isnan(fused[i])))
-          return fmt::format("{}: residual form differs at {}: {} vs {}", ggml_type_name(type), i, fused[i], want);
-      }
+      if (std::string why = residual_differs(y, rows * n_out, dy, rng,
+                                             [&](float* out) { cuda::gemv(m, dx.as<float>(), rows, out, out); });
+          !why.empty())
+        return fmt::format("{}: {}", ggml_type_name(type), why);
     }
   }
   return {};
@@ -201,16 +210,10 @@ std::string check_prompt(GgmlType type) {
         if (int64_t d = first_bit_difference(staged.data(), y.data(), staged.size()); d >= 0)
           return fmt::format("{}: {}x{} rows={}: the staged product differs at {}", name, n_in, n_out, rows, d);
       }
-      auto res = random_floats(size_t(rows * n_out), rng);  // y = res + W x, one rounding, in place
-      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
-      cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>(), dy.as<float>());
-      std::vector<float> fused(res.size());
-      cuda::copy_to_host(fused.data(), dy.p, fused.size() * 4);
-      for (size_t i = 0; i < fused.size(); ++i) {
-        const float want = res[i] + y[i];
-        if (std::memcmp(&want, &fused[i], 4) != 0 && !(std::isnan(want) && std::isnan(fused[i])))
-          return fmt::format("{}: residual form differs at {}: {} vs {}", name, i, fused[i], want);
-      }
+      if (std::string why = residual_differs(y, rows * n_out, dy, rng,
+                                             [&](float* out) { cuda::gemv_prompt(m, dx.as<float>(), rows, out, out); });
+          !why.empty())
+        return name + ": " + why;
     }
   }
   return {};

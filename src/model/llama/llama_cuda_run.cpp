@@ -156,32 +156,27 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = Dq + 2 * Dkv;
       ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
-    } else if (!Ly.bq && !Ly.bk && !Ly.bv && qkv_f16) {
-      // Prompt rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
-      cuda::gemv_prompt_stage(Ly.wq, h_, n);
-      cuda::side_fork();
-      cuda::SideJoin qkv_join;
-      {
-        cuda::SideLaunches side;
-        cuda::gemv_prompt(Ly.wk, h_, n, k_, nullptr, true);
-        cuda::gemv_prompt(Ly.wv, h_, n, v_, nullptr, true);
-      }
-      cuda::gemv_prompt(Ly.wq, h_, n, q_, nullptr, true);
-      qkv_join.on = false;
-      TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
-    } else if (!Ly.bq && !Ly.bk && !Ly.bv && n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
-               cuda::gemv_stage(Ly.wq, n, pre_e)) {
-      // Many rows: x staged once, then K and V beside Q (their grids alone would leave most SMs idle).
+    } else if (!Ly.bq && !Ly.bk && !Ly.bv &&
+               (qkv_f16 || (n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
+                            cuda::gemv_stage(Ly.wq, n, pre_e)))) {
+      // Prompt rows or many rows: x staged once, then K and V beside Q (their grids alone would leave SMs idle).
+      if (qkv_f16) cuda::gemv_prompt_stage(Ly.wq, h_, n);
       cuda::SplitX st = pre_e;
       st.staged = true;
+      auto staged = [&](const DevWeight& w, float* y) {
+        if (qkv_f16)
+          cuda::gemv_prompt(w, h_, n, y, nullptr, true);
+        else
+          cuda::gemv(w, h_, n, y, nullptr, st);
+      };
       cuda::side_fork();
       cuda::SideJoin qkv_join;
       {
         cuda::SideLaunches side;
-        cuda::gemv(Ly.wk, h_, n, k_, nullptr, st);
-        cuda::gemv(Ly.wv, h_, n, v_, nullptr, st);
+        staged(Ly.wk, k_);
+        staged(Ly.wv, v_);
       }
-      cuda::gemv(Ly.wq, h_, n, q_, nullptr, st);
+      staged(Ly.wq, q_);
       qkv_join.on = false;
       TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
     } else {
