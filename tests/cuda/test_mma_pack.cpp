@@ -3,6 +3,8 @@
 // exact decode bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -131,6 +133,49 @@ TEST(MmaPack, LayoutIsChosenByFormatAndRowLength) {
   EXPECT_FALSE(cuda::mma_layout(GgmlType::Q4_1, 32));  // not whole 64-column steps
   EXPECT_FALSE(cuda::mma_layout(GgmlType::F16, 4096));
   EXPECT_FALSE(cuda::mma_layout(GgmlType::Q5_K, 4096));
+}
+
+// Prompt products' fp16 weights: the matrix's power of two puts its largest possible |weight| (read back from the
+// packed scale words) into [2^14, 2^15), every decoded weight stays below 2^15 under it, and a non-finite scale or
+// another format leaves the matrix to the decode products.
+TEST(MmaPack, Fp16WeightExponentFitsEveryWeightAndRefusesNonFiniteScales) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    std::mt19937 rng(11 + uint32_t(t));
+    const int64_t n_in = 512, n_out = 40;
+    auto w = random_blocks(t, n_in, n_out, rng);
+    std::vector<uint8_t> dev(cuda::mma_matrix_bytes(t, n_in, n_out), 0);
+    cuda::DeviceMatrix m = cuda::mma_upload(t, w.data(), n_in, n_out, dev.data(), host_copy);
+    ASSERT_TRUE(m.f16) << int(t);
+    double bound = 0;
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t sl = 0; sl < n_in / 256; ++sl) {
+        const uint8_t* meta = m.s + (((o / 16) * m.slices + sl) * 16 + o % 16) * 20;
+        if (t == GgmlType::Q4_K) {
+          for (int j = 0; j < 8; ++j)
+            bound = std::max(bound, std::fabs(double(f16(word(meta, 0)))) * meta[4 + j] * 15 +
+                                        std::fabs(double(f16(word(meta, 0) >> 16))) * meta[12 + j]);
+        } else {
+          for (int j = 0; j < 16; ++j)
+            bound = std::max(bound, std::fabs(double(f16(word(meta, 4)))) * std::abs(int(int8_t(meta[j]))) * 32);
+        }
+      }
+    const double scaled = std::ldexp(bound, m.f16_exp);
+    EXPECT_GE(scaled, 16384.0) << int(t);
+    EXPECT_LT(scaled, 32768.0) << int(t);
+    std::vector<float> ref(size_t(n_in * n_out));
+    ASSERT_TRUE(quant::dequantize(t, w.data(), ref.data(), n_in * n_out));
+    for (float v : ref) ASSERT_LT(std::ldexp(std::fabs(double(v)), m.f16_exp), 32768.0) << int(t);
+    for (float bad : {NAN, INFINITY}) {
+      auto wb = w;
+      const uint16_t h = f32_to_f16(bad);
+      std::memcpy(&wb[t == GgmlType::Q4_K ? 144 * 3 : 210 * 3 + 208], &h, 2);  // the fourth block's d
+      EXPECT_FALSE(cuda::mma_upload(t, wb.data(), n_in, n_out, dev.data(), host_copy).f16) << int(t) << " " << bad;
+    }
+  }
+  std::mt19937 rng(3);
+  const auto w = random_blocks(GgmlType::Q4_1, 64, 16, rng);
+  std::vector<uint8_t> dev(cuda::mma_matrix_bytes(GgmlType::Q4_1, 64, 16), 0);
+  EXPECT_FALSE(cuda::mma_upload(GgmlType::Q4_1, w.data(), 64, 16, dev.data(), host_copy).f16);
 }
 
 }  // namespace
