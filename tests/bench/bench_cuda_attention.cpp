@@ -1,5 +1,5 @@
 // Benchmark, not a test: the tensor-core attention on the Llama-3-8B shape (32/8 heads of 128), each build and the
-// shape's own choice, for decode rows over a long key table and for 512-row prefill chunks.
+// shape's own choice, for decode rows over a long key table and 512-row prefill chunks (and the fp16 prompt kernel).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -57,14 +57,15 @@ int main() {
   const int64_t chunk_rows = 32;
   float* dpart = static_cast<float*>(cuda::device_alloc(cuda::attention_chunk_bytes(chunk_rows, kHeads, kD, kMaxKeys)));
   const float scale = 0.08838834764831845f;  // 1 / sqrt(128)
-  std::printf("| case | rows | keys (last row) | build | us | useful TFLOP/s |\n| --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| case | rows | keys (last row) | build | us | useful TFLOP/s |\n| --- | --- | --- | --- | --- | --- |\n");
   struct Case {
     const char* name;
     int64_t rows, seqs, first_pos;
   };
   // Decode: one row of each of `seqs` sequences at first_pos; prefill: `rows` consecutive positions of one sequence.
-  const Case cases[] = {{"decode", 1, 1, 63},     {"decode", 1, 1, 4095},      {"decode", 1, 1, 8191},
-                        {"decode", 32, 32, 1023}, {"prefill", 512, 1, 0},      {"prefill", 512, 1, 3584},
+  const Case cases[] = {{"decode", 1, 1, 63},     {"decode", 1, 1, 4095}, {"decode", 1, 1, 8191},
+                        {"decode", 32, 32, 1023}, {"prefill", 512, 1, 0}, {"prefill", 512, 1, 3584},
                         {"prefill", 512, 1, 7680}};
   for (const Case& c : cases) {
     std::vector<int32_t> pos(size_t(c.rows)), seq(size_t(c.rows));
@@ -76,19 +77,27 @@ int main() {
     }
     int32_t *dpos = upload(pos), *dseq = upload(seq);
     const int64_t keys = pos.back() + 1;
-    const cuda::AttnChunks chunks{dpart, chunk_rows, (kMaxKeys + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys,
-                                  keys, c.seqs};
+    const cuda::AttnChunks chunks{dpart, chunk_rows, (kMaxKeys + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys, keys,
+                                  c.seqs};
     for (int b = -1; b < cuda::attention_builds(); ++b) {
       cuda::attention_force_build(b);
       const float ms = time_ms(
-          [&] { cuda::attention_mma(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout, nullptr,
-                                    nullptr, chunks); },
+          [&] {
+            cuda::attention_mma(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout, nullptr, nullptr,
+                                chunks);
+          },
           20);
       const double flops = 4.0 * pairs * double(kD) * double(kHeads);  // Q K^T and P V
       std::printf("| %s | %lld | %lld | %s | %.1f | %.1f |\n", c.name, (long long)c.rows, (long long)keys,
                   b < 0 ? unforced.c_str() : cuda::attention_build_name(b), ms * 1e3, flops / (ms * 1e-3) / 1e12);
     }
     cuda::attention_force_build(-1);
+    if (c.rows > 1 && c.seqs == 1) {  // prompt rows take the fp16 kernel (compute capability 8.0 and later)
+      const float ms = time_ms(
+          [&] { cuda::attention_prompt(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout); }, 20);
+      std::printf("| %s | %lld | %lld | fp16 prompt kernel | %.1f | %.1f |\n", c.name, (long long)c.rows,
+                  (long long)keys, ms * 1e3, 4.0 * pairs * double(kD) * double(kHeads) / (ms * 1e-3) / 1e12);
+    }
     cuda::device_free(dpos);
     cuda::device_free(dseq);
   }

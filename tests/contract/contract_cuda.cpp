@@ -225,6 +225,7 @@ std::string check_cuda_rmsnorm();
 std::string check_cuda_swiglu();
 std::string check_cuda_attention();
 std::string check_cuda_attention_mma();
+std::string check_cuda_attention_prompt();
 std::string check_cuda_embedding(GgmlType type);
 std::string check_cuda_rope_store();
 std::string check_cuda_residual();
@@ -246,6 +247,7 @@ int main() {
       {"swiglu", contract::check_cuda_swiglu},
       {"attention", contract::check_cuda_attention},
       {"attention_mma", contract::check_cuda_attention_mma},
+      {"attention_prompt", contract::check_cuda_attention_prompt},
       {"rope_store", contract::check_cuda_rope_store},
       {"residual_add", contract::check_cuda_residual},
       {"gather_rows", contract::check_cuda_gather},

@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${1:-bins}
 tmp=$(mktemp -d)
-# gpu_prebuilt.sh moves these back
-TESTS="contract_cuda_ctl test_cuda_prompt test_cuda_model bench_cuda_gemv bench_cuda_attention bench_cuda_gemm"
+# gpu_prebuilt.sh moves these back; TESTS="" packs tensorfold alone (a base build for gpu_ab.sh)
+TESTS=${TESTS-"contract_cuda_ctl test_cuda_prompt test_cuda_model bench_cuda_gemv bench_cuda_attention bench_cuda_gemm"}
 cp build/cuda-release/tensorfold "$tmp"
 for b in $TESTS; do cp "build/cuda-release/tests/$b" "$tmp"; done
 strip "$tmp"/*

@@ -190,10 +190,13 @@ class KVCache:
         return self.k[il][:self.n + t], self.v[il][:self.n + t]
 
 
-def _attention(m, q, k, v, pos0):
+def _attention(m, q, k, v, pos0, att=None):
     # q [T, H, D], k/v [P, Hkv, D]; query t sits at absolute position pos0 + t and sees keys 0..pos0+t.
+    # att, if given, rounds Q, K and V (att.qkv) and the unnormalised weights P (att.p) as a kernel would.
     t_new, p = q.shape[0], k.shape[0]
     group = m.n_head // m.n_head_kv
+    if att:
+        q, k, v, vscale = att.qkv(q, k, v)
     kh = np.repeat(k, group, axis=1)  # q head h reads kv head h // group
     vh = np.repeat(v, group, axis=1)
     scores = np.einsum("thd,phd->htp", q, kh) / np.sqrt(m.head_dim)
@@ -201,14 +204,18 @@ def _attention(m, q, k, v, pos0):
     scores = np.where(mask[None], -np.inf, scores)
     scores -= scores.max(axis=-1, keepdims=True)
     w = np.exp(scores)
-    w /= w.sum(axis=-1, keepdims=True)
-    return np.einsum("htp,phd->thd", w, vh).reshape(t_new, m.n_head * m.head_dim)
+    total = w.sum(axis=-1, keepdims=True)
+    if att:  # P times each key's value scale, rounded; the sum stays unrounded
+        vs = np.repeat(vscale, group, axis=1).transpose(1, 0)[:, None, :]  # [H, 1, P]
+        w = att.p(w / vs) * vs
+    return np.einsum("htp,phd->thd", w / total, vh).reshape(t_new, m.n_head * m.head_dim)
 
 
-def hidden(m, ids, cache=None, rnd=None):
+def hidden(m, ids, cache=None, rnd=None, att=None):
     """Final-normed hidden states h [T, n_embd] for ids appended after `cache` (fresh sequence if None).
 
-    rnd, if given, rounds every weight product's input rows (the arithmetic studies of arith_options.py)."""
+    rnd, if given, rounds every weight product's input rows, att attention's operands (the arithmetic studies of
+    arith_options.py)."""
     rnd = rnd or (lambda v: v)
     ids = np.asarray(ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= m.n_vocab:
@@ -231,7 +238,7 @@ def hidden(m, ids, cache=None, rnd=None):
         q = rope(q.reshape(t, m.n_head, hd), pos, m.n_rot, m.rope_base, m.neox)
         k = rope(k.reshape(t, m.n_head_kv, hd), pos, m.n_rot, m.rope_base, m.neox)
         kc, vc = cache.append(il, k, v.reshape(t, m.n_head_kv, hd))
-        o = rnd(_attention(m, q, kc, vc, pos0)) @ L.wo.T
+        o = rnd(_attention(m, q, kc, vc, pos0, att)) @ L.wo.T
         if L.bo is not None:
             o = o + L.bo
         x = x + o
@@ -241,10 +248,10 @@ def hidden(m, ids, cache=None, rnd=None):
     return rms_norm(x, m.out_norm, m.rms_eps)
 
 
-def forward(m, ids, rnd=None):
-    """Teacher-forced (logits [T, vocab], h [T, n_embd]) in float64 over all positions of a fresh sequence; rnd as
-    in hidden, the output product's input included."""
-    h = hidden(m, ids, rnd=rnd)
+def forward(m, ids, rnd=None, att=None):
+    """Teacher-forced (logits [T, vocab], h [T, n_embd]) in float64 over all positions of a fresh sequence; rnd and
+    att as in hidden, the output product's input included."""
+    h = hidden(m, ids, rnd=rnd, att=att)
     return (rnd(h) if rnd else h) @ m.w_out.T, h
 
 
@@ -263,16 +270,16 @@ def argmax_low(row):
     return int(np.argmax(row))
 
 
-def greedy(m, prompt_ids, n, rnd=None):
-    """n greedy ids after prompt_ids (KV cache, ties to the lower id, no EOS stop); rnd as in hidden."""
+def greedy(m, prompt_ids, n, rnd=None, att=None):
+    """n greedy ids after prompt_ids (KV cache, ties to the lower id, no EOS stop); rnd and att as in hidden."""
     if n <= 0:
         return []
     last = (lambda h: rnd(h[-1:])[0]) if rnd else (lambda h: h[-1])
     cache = KVCache(m, len(prompt_ids) + n + 1)
-    h = hidden(m, prompt_ids, cache, rnd)
+    h = hidden(m, prompt_ids, cache, rnd, att)
     out = [argmax_low(last(h) @ m.w_out.T)]
     while len(out) < n:
-        h = hidden(m, [out[-1]], cache, rnd)
+        h = hidden(m, [out[-1]], cache, rnd, att)
         out.append(argmax_low(last(h) @ m.w_out.T))
     return out
 

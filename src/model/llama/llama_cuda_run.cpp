@@ -205,9 +205,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
                      L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
-    // One attention kernel per model, whatever the row count, so a row's bits never depend on its round.
+    // One attention kernel per row kind, whatever the row count, so a row's bits never depend on its round.
     cuda::SplitX pre_o;
-    if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
+    if (prompt && cuda::attention_prompt_supports(D, c.n_head, c.n_head_kv)) {
+      // Prompt rows: one fp16 mma a step, like their products; the output product splits its x itself.
+      cuda::attention_prompt(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_);
+    } else if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
       if (Dq % 64 == 0 && !fp(Ly.wo)) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this
       // No row holds more keys than the pool, which the partials were sized for.
       const int64_t keys = std::min(width * page_size_, att_keys_);

@@ -1,0 +1,331 @@
+// Prompt rows' paged attention at one fp16 mma a step: Q, K and V rounded to fp16 under powers of two, f32
+// accumulation, an online softmax over 32-key tiles at absolute positions.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_ctl.cuh"
+#include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/paged_kv.cuh"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kFW = 8;   // warps a block
+constexpr int kFK = 32;  // keys a tile
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ uint32_t half_pair(float a, float b) {  // a in the low half, as fragments hold it
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // e in [-126, 127]
+// floor(log2 m) for a finite m > 0, subnormals included, without a branch.
+__device__ __forceinline__ int log2_floor(float m) {
+  const bool sub = m < 0x1p-126f;
+  return ((__float_as_int(sub ? m * 0x1p64f : m) >> 23) & 0xff) - 127 - (sub ? 64 : 0);
+}
+// The power of two that puts m = max |x| (finite) into [2^14, 2^15), at most 2^126; 1 for m = 0.
+__device__ __forceinline__ int fit_exp(float m) { return m > 0.0f ? min(14 - log2_floor(m), 126) : 0; }
+// |x| where x is finite, else infinity (NaN included), so one maximum also tells a non-finite element.
+__device__ __forceinline__ float fin_abs(float x) {
+  const float a = fabsf(x);
+  return a <= 0x1.fffffep127f ? a : INFINITY;
+}
+__device__ __forceinline__ float fin_abs_max4(float4 v) {
+  return fmaxf(fmaxf(fin_abs(v.x), fin_abs(v.y)), fmaxf(fin_abs(v.z), fin_abs(v.w)));
+}
+// Keys a row attends (planted 201: one past its causal limit).
+__device__ __forceinline__ int prompt_row_keys(const int32_t* pos, int64_t r) {
+  return pos[r] + 1 + (TF_DCTL(201) ? 1 : 0);
+}
+
+// Both tiles' fp16 keys and values (rows padded so ldmatrix's eight row addresses hit distinct banks), and per key
+// the factors that undo its power of two: 2^-ek on the scores (NaN for a key that cannot be used), 2^-ev on P.
+template <int D>
+struct F16AttnSmem {
+  __half k[2][kFK][D + 8], v[2][kFK][D + 8];
+  float kf[2][kFK], vf[2][kFK];
+};
+
+// A block: 16 * RW rows of one sequence pass x HB query heads of one KV head, a warp per 16 rows and head; keys in
+// 32-key tiles loaded and converted once for all warps. A row's chain depends only on its own Q and the tiles.
+template <int D>
+__global__ void __launch_bounds__(kFW * 32, 1)
+    attention_f16_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out) {
+  __shared__ __align__(16) F16AttnSmem<D> S;
+  constexpr int kVec = D / 32;                       // float4s of a key row per lane: 8 lanes a row
+  constexpr uint32_t kBufBytes = kFK * (D + 8) * 2;  // one tile's keys (or values) in shared memory
+  const int G = n_head / n_kv_head, HB = min(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int kvh = int(blockIdx.y) / HG, head_in = int(blockIdx.y) % HG * HB + warp % HB;
+  const int kvh_read = (TF_DCTL(202) && n_kv_head > 1) ? (kvh + 1) % n_kv_head : kvh;  // planted: wrong KV head
+  const bool active = warp < RW * HB && head_in < G;
+  const int head = kvh * G + head_in;
+  const int rows_b = 16 * RW;
+  const int64_t row0 = int64_t(blockIdx.x) * rows_b, wrow0 = row0 + 16 * (warp / HB);
+  const int64_t width = int64_t(n_head) * D;
+  bool waited = false;  // staged rows and positions precede the round, so the passes are found before waiting
+  for (int first = 0; first < rows_b && row0 + first < n_rows; ++first) {
+    const int seq = row_seq[row0 + first];
+    bool seen = false;
+    for (int e = 0; e < first; ++e) seen |= row_seq[row0 + e] == seq;
+    if (seen) continue;  // that sequence's pass already ran
+    int n_keys = 0;      // the pass's keys: the most any of its rows attends
+    for (int e = first; e < rows_b && row0 + e < n_rows; ++e)
+      if (row_seq[row0 + e] == seq) n_keys = max(n_keys, prompt_row_keys(pos, row0 + e));
+    int lim[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t r = wrow0 + g + 8 * hr;
+      lim[hr] = active && r < n_rows && row_seq[r] == seq ? prompt_row_keys(pos, r) : 0;
+    }
+    int wkeys = max(lim[0], lim[1]);  // the warp's last key: later tiles are masked for all its rows
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) wkeys = max(wkeys, __shfl_xor_sync(0xffffffffu, wkeys, off));
+    if (!waited) grid_wait(), waited = true;                  // Q and the keys are the previous kernels'
+    const float sl = __fmul_rn(scale, 1.44269504088896341f);  // scores in log2 units: the softmax runs on exp2
+    // Q as A fragments: each row (and head) under its own power of two, which the scores take off again.
+    uint32_t qa[D / 16][4];
+    float qf[2];
+    {
+      float qv[2][D / 16][4], qm[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        int64_t r = wrow0 + g + 8 * hr;
+        if (TF_DCTL(207) && r + 1 < n_rows) ++r;  // planted: the neighbour row's query
+        const float* qr = q + r * q_stride + int64_t(head) * D;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            qv[hr][kk][i] = lim[hr] > 0 ? qr[16 * kk + 2 * t + (i & 1) + 8 * (i >> 1)] : 0.0f;
+            qm[hr] = fmaxf(qm[hr], fabsf(qv[hr][kk][i]));
+          }
+        qm[hr] = fmaxf(qm[hr], __shfl_xor_sync(0xffffffffu, qm[hr], 1));
+        qm[hr] = fmaxf(qm[hr], __shfl_xor_sync(0xffffffffu, qm[hr], 2));
+      }
+      float f[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int e = isfinite(qm[hr]) ? fit_exp(qm[hr]) : 0;
+        f[hr] = pow2(e), qf[hr] = __fmul_rn(sl, pow2(-e));
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)  // a0: row g, k 2t; a1: row g + 8; a2: row g, k 2t + 8; a3: row g + 8, k 2t + 8
+          qa[kk][i] = half_pair(__fmul_rn(qv[i & 1][kk][2 * (i >> 1)], f[i & 1]),
+                                __fmul_rn(qv[i & 1][kk][2 * (i >> 1) + 1], f[i & 1]));
+    }
+    float o[D / 8][4] = {}, mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
+    float4 kr[kVec], vr[kVec];
+    const int jl = warp * (kFK / kFW) + lane / 8, c8 = lane % 8;  // the key row this lane converts, its eighth
+    auto load = [&](int tile) {
+      const int j = tile * kFK + jl;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) kr[i] = vr[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (j < n_keys) {
+        const float* kp = kv_row_of(kv, seq, j, false) + int64_t(kvh_read) * D + 4 * c8;
+        const float* vp = kv_row_of(kv, seq, j, true) + int64_t(kvh_read) * D + 4 * c8;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          kr[i] = *reinterpret_cast<const float4*>(kp + 32 * i), vr[i] = *reinterpret_cast<const float4*>(vp + 32 * i);
+      }
+    };
+    // Each key row under its own power of two: K scaled into [2^14, 2^15), V only scaled down (P takes 2^-ev up to
+    // 2^15); a key with a non-finite element, or a value past 2^30, enters as zeros and makes its rows NaN.
+    auto convert = [&](int buf) {
+      float mk = 0.0f, mv = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) mk = fmaxf(mk, fin_abs_max4(kr[i])), mv = fmaxf(mv, fin_abs_max4(vr[i]));
+#pragma unroll
+      for (int off = 4; off > 0; off >>= 1) {
+        mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, off));
+        mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, off));
+      }
+      const bool bad = !(mk < INFINITY) || !(mv < 0x1p30f);
+      const int ek = bad ? 0 : fit_exp(mk), ev = bad ? 0 : min(0, fit_exp(mv));
+      const float fk = pow2(ek), fv = pow2(ev);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const int col = 4 * c8 + 32 * i;
+        *reinterpret_cast<uint2*>(&S.k[buf][jl][col]) =
+            bad ? make_uint2(0u, 0u)
+                : make_uint2(half_pair(__fmul_rn(kr[i].x, fk), __fmul_rn(kr[i].y, fk)),
+                             half_pair(__fmul_rn(kr[i].z, fk), __fmul_rn(kr[i].w, fk)));
+        *reinterpret_cast<uint2*>(&S.v[buf][jl][col]) =
+            bad ? make_uint2(0u, 0u)
+                : make_uint2(half_pair(__fmul_rn(vr[i].x, fv), __fmul_rn(vr[i].y, fv)),
+                             half_pair(__fmul_rn(vr[i].z, fv), __fmul_rn(vr[i].w, fv)));
+      }
+      if (c8 == 0)  // planted 203: a key that cannot be used read as zeros
+        S.kf[buf][jl] = bad ? (TF_DCTL(203) ? 1.0f : __int_as_float(0x7fffffff)) : pow2(-ek), S.vf[buf][jl] = pow2(-ev);
+    };
+    const uint32_t kaddr = uint32_t(__cvta_generic_to_shared(&S.k[0][lane & 7][8 * (lane >> 3)]));
+    const uint32_t vaddr =
+        uint32_t(__cvta_generic_to_shared(&S.v[0][(lane & 7) + 8 * ((lane >> 3) & 1)][8 * (lane >> 4)]));
+    auto tile_pass = [&](int buf, int kb) {
+      float s[4][4] = {};
+#pragma unroll
+      for (int k2 = 0; k2 < D / 32; ++k2)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
+          uint32_t b[4];
+          ldsm_x4(b, kaddr + buf * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
+          mma_f16(s[nt], qa[2 * k2], b[0], b[1]);
+          mma_f16(s[nt], qa[2 * k2 + 1], b[2], b[3]);
+          if (TF_DCTL(205))  // planted: the score chain kept in fp16
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] = __half2float(__float2half_rn(s[nt][e]));
+        }
+      float bmax[2] = {-INFINITY, -INFINITY}, vf[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 kf = *reinterpret_cast<const float2*>(&S.kf[buf][8 * nt + 2 * t]);
+        const float2 v2 = *reinterpret_cast<const float2*>(&S.vf[buf][8 * nt + 2 * t]);
+        vf[nt][0] = v2.x, vf[nt][1] = v2.y;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = kb + 8 * nt + 2 * t + (e & 1);
+          s[nt][e] = j < lim[e >> 1] ? __fmul_rn(__fmul_rn(s[nt][e], (e & 1) ? kf.y : kf.x), qf[e >> 1]) : -INFINITY;
+          bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+        }
+      }
+      float alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
+        bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
+        const float mn = fmaxf(mrun[hr], bmax[hr]);
+        alpha[hr] = mn == -INFINITY ? 1.0f : exp2f(mrun[hr] - mn);
+        mrun[hr] = mn;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {  // a masked score is -inf: exp2 gives +0 (a row yet to see a key is not used)
+          s[nt][e] = exp2f(s[nt][e] - mrun[e >> 1]);
+          rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
+        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
+        lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
+      }
+      // P times each key's 2^-ev (exact, at most 2^15) as A fragments, keys along k, 16 a step.
+      uint32_t pa[2][4];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int nt = 2 * kk + (i >> 1), e = 2 * (i & 1);
+          pa[kk][i] = half_pair(__fmul_rn(s[nt][e], vf[nt][0]), __fmul_rn(s[nt][e + 1], vf[nt][1]));
+        }
+      // A row whose keys all lie before this tile adds only zero products: keep its -0 outputs bit for bit.
+      const bool done0 = kb >= lim[0], done1 = kb >= lim[1];
+      const bool any_done = __any_sync(0xffffffffu, done0 || done1);
+      uint64_t neg0 = 0;
+      if (any_done)
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (((e >> 1) ? done1 : done0) && __float_as_uint(o[nt][e]) == 0x80000000u)
+              neg0 |= uint64_t(1) << (nt * 4 + e);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))  // times 1 changes no bit
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[nt][e] = __fmul_rn(o[nt][e], alpha[e >> 1]);
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        if (TF_DCTL(204) && kk == 1) break;  // planted: a tile's last 16 keys lost
+#pragma unroll
+        for (int n2 = 0; n2 < D / 16; ++n2) {  // keys 16 kk + 8 (m & 1).., columns 16 n2 + 8 (m >> 1)
+          uint32_t b[4];
+          ldsm_x4_trans(b, vaddr + buf * kBufBytes + (16 * kk * (D + 8) + 16 * n2) * 2);
+          mma_f16(o[2 * n2], pa[kk], b[0], b[1]);
+          mma_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
+        }
+      }
+      if (any_done)
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if ((neg0 >> (nt * 4 + e)) & 1) o[nt][e] = -0.0f;
+    };
+    const int n_tiles = (n_keys + kFK - 1) / kFK;
+    if (n_tiles > 0) load(0);
+    for (int it = 0; it < n_tiles; ++it) {
+      convert(it & 1);
+      if (it + 1 < n_tiles) load(it + 1);  // in flight while this tile is multiplied
+      __syncthreads();                     // the tile is converted, and no warp still reads the buffer two tiles back
+      if (active && it * kFK < wkeys) tile_pass(it & 1, it * kFK);
+    }
+    __syncthreads();  // the next pass refills the buffers
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      if (lim[hr] == 0) continue;
+      int64_t r = wrow0 + g + 8 * hr;
+      if (TF_DCTL(206) && r == n_rows - 1) ++r;  // planted: the last row written one row late
+      float* y = out + r * width + int64_t(head) * D + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+        *reinterpret_cast<float2*>(y + 8 * nt) =
+            make_float2(__fdiv_rn(o[nt][2 * hr], lrun[hr]), __fdiv_rn(o[nt][2 * hr + 1], lrun[hr]));
+    }
+  }
+  if (!waited) grid_wait();
+}
+
+}  // namespace
+
+bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
+  return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0;
+}
+
+void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+                      const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
+  if (!attention_prompt_supports(head_dim, n_head, n_kv_head))
+    throw std::runtime_error("attention: the fp16 prompt kernel takes head size 64 or 128, not " +
+                             std::to_string(head_dim));
+  if (launch_device().major < 8)
+    throw std::runtime_error("attention: the fp16 prompt kernel needs compute capability 8.0 or later");
+  if (n_rows == 0) return;
+  upload_control();
+  const int64_t G = n_head / n_kv_head, HB = std::min<int64_t>(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
+  const dim3 grid(unsigned((n_rows + 16 * RW - 1) / (16 * RW)), unsigned(n_kv_head * HG));
+  if (head_dim == 64)
+    launch_k(attention_f16_kernel<64>, grid, kFW * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out);
+  else
+    launch_k(attention_f16_kernel<128>, grid, kFW * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
+             int(n_kv_head), scale, out);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA prompt attention: ") + cudaGetErrorString(e));
+}
+
+}  // namespace tf::cuda

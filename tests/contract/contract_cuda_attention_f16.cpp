@@ -1,0 +1,147 @@
+// CUDA prompt attention (fp16, one mma a step) against a float64 reference and its derived bound, with every row
+// against itself alone and a canary after the output.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_gemv.h"
+#include "harness.h"
+
+namespace tf::contract {
+namespace {
+
+using cuda::upload;
+
+struct PromptCase {
+  int64_t hd, nh, nkv;
+  std::vector<int32_t> pos, seq;
+  int64_t bad_key = -1;  // sequence 0's key at this position gets bad_value (in V, or in K)
+  float bad_value = NAN;
+  bool bad_in_k = false;
+  int q_exp = 0, k_exp = 0, v_exp = 0;  // powers of two on every query, key and value
+  int64_t page = 16;
+};
+
+std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
+  const int64_t hd = c.hd, nh = c.nh, nkv = c.nkv, P = c.page, kvr = nkv * hd, max_keys = 2000;
+  const int64_t max_pages = (max_keys + 1 + P) / P, n_seq = 2, page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
+  auto pool = random_floats(size_t(n_pages * page_floats), rng);
+  std::vector<int32_t> table(size_t(n_seq * max_pages));
+  for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * 7 + 3) % n_pages);  // scrambled
+  const int64_t rows = int64_t(c.pos.size()), qs = nh * hd + 2 * kvr;
+  auto q = random_floats(size_t(rows * qs), rng);
+  for (float& x : q) x = std::ldexp(x, c.q_exp);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  auto K = [&](int s, int64_t j) {
+    return pool.data() + table[size_t(s * max_pages + j / P)] * page_floats + (j % P) * kvr;
+  };
+  auto V = [&](int s, int64_t j) { return K(s, j) + P * kvr; };
+  for (int s = 0; s < n_seq; ++s)
+    for (int64_t j = 0; j < max_pages * P; ++j)
+      for (int64_t i = 0; i < kvr; ++i)
+        K(s, j)[i] = std::ldexp(K(s, j)[i], c.k_exp), V(s, j)[i] = std::ldexp(V(s, j)[i], c.v_exp);
+  if (c.bad_key >= 0)  // rows before it must not see it
+    for (int64_t i = 0; i < kvr; ++i) (c.bad_in_k ? K(0, c.bad_key) : V(0, c.bad_key))[i] = c.bad_value;
+  float *dpool = upload(pool), *dq = upload(q);
+  int32_t *dtable = upload(table), *dpos = upload(c.pos), *dseq = upload(c.seq);
+  const size_t n_out = size_t(rows * nh * hd), pad = size_t(nh * hd);
+  auto canary = with_canary(n_out, pad);
+  float* dout = upload(canary);
+  cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
+  auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
+    cuda::attention_prompt(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout);
+  };
+  run(dq, rows, dpos, dseq);
+  std::vector<float> out(n_out + pad), alone(size_t(nh * hd));
+  cuda::copy_to_host(out.data(), dout, out.size() * 4);
+  std::string why;
+  if (!canary_intact(out, n_out)) why = fmt::format("hd {}: written past the output", hd);
+  const double u = 0x1.0p-11, t22 = 0x1.0p-22;
+  for (int64_t r = 0; r < rows && why.empty(); ++r) {
+    for (int64_t h = 0; h < nh && why.empty(); ++h) {
+      const int64_t g = h / (nh / nkv), nk = c.pos[size_t(r)] + 1;
+      const int sq = c.seq[size_t(r)];
+      const bool poisoned = c.bad_key >= 0 && sq == 0 && c.pos[size_t(r)] >= c.bad_key;  // attends the bad key: NaN
+      const float* qr = q.data() + r * qs + h * hd;
+      const AttnRef ref = attention_reference(
+          qr, hd, nk, scale, [&](int64_t j) { return K(sq, j) + g * hd; },
+          [&](int64_t j) { return V(sq, j) + g * hd; });
+      double maxq = 0, maxk = 0, maxv = 0;
+      for (int64_t i = 0; i < hd; ++i) maxq = std::max(maxq, std::fabs(double(qr[i])));
+      for (int64_t j = 0; j < nk; ++j)
+        for (int64_t i = 0; i < hd; ++i)
+          maxk = std::max(maxk, std::fabs(double(K(sq, j)[g * hd + i]))),
+          maxv = std::max(maxv, std::fabs(double(V(sq, j)[g * hd + i])));
+      // Scores: Q and K one fp16 rounding each (and subnormal steps under their powers of two), the mma chain, the
+      // two scalings; each p_j moves by twice that; P and V one rounding each, the P V chain, the softmax sums.
+      const double E = ref.max_s * (2 * u + (double(hd) / 16 + 6) * t22) + scale * double(hd) * 0x1.0p-38 * maxq * maxk;
+      for (int64_t i = 0; i < hd; ++i) {
+        double sum_v = 0;
+        for (int64_t j = 0; j < nk; ++j) sum_v += std::fabs(double(V(sq, j)[g * hd + i]));
+        const double ref_i = ref.out[size_t(i)], got = out[size_t((r * nh + h) * hd + i)];
+        const double bound = ref.mag[size_t(i)] * (2 * E + 4 * u + (double(nk) / 8 + 64) * t22) +
+                             0x1.0p-24 * (sum_v + 1) + 0x1.0p-37 * maxv;
+        if (poisoned || !std::isfinite(ref_i) ? !std::isnan(got) : !(std::fabs(got - ref_i) <= bound)) {
+          why = fmt::format("hd {} pos {} head {} [{}]: {} vs {} (bound {:.3g})", hd, c.pos[size_t(r)], h, i, got,
+                            ref_i, bound);
+          break;
+        }
+      }
+    }
+    if (why.empty()) {
+      run(dq + r * qs, 1, dpos + r, dseq + r);
+      cuda::copy_to_host(alone.data(), dout, alone.size() * 4);
+      if (int64_t d = first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()); d >= 0)
+        why = fmt::format("hd {}: row at pos {} differs when computed alone (at {})", hd, c.pos[size_t(r)], d);
+    }
+  }
+  for (void* p : {static_cast<void*>(dpool), static_cast<void*>(dq), static_cast<void*>(dtable),
+                  static_cast<void*>(dpos), static_cast<void*>(dseq), static_cast<void*>(dout)})
+    cuda::device_free(p);
+  return why;
+}
+
+}  // namespace
+
+std::string check_cuda_attention_prompt() {
+  try {  // head sizes other than 64 and 128 are refused before any launch
+    cuda::attention_prompt(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{}, 32, 8, 96, 1.0f, nullptr);
+    return "head size 96 was not refused";
+  } catch (const std::runtime_error& e) {
+    if (std::string(e.what()).find("head size 64 or 128, not 96") == std::string::npos)
+      return std::string("head size 96 refused for another reason: ") + e.what();
+  }
+  std::mt19937 rng(31);
+  const std::vector<int32_t> dpos = {0, 5, 1999, 300, 77}, dseq = {0, 0, 1, 1, 0};
+  std::vector<int32_t> cpos, cseq;  // a prefill chunk with another sequence's rows inside and after it
+  for (int32_t p = 500; p < 537; ++p) cpos.push_back(p), cseq.push_back(0);
+  cpos.insert(cpos.begin() + 9, 40), cseq.insert(cseq.begin() + 9, 1);
+  for (int32_t p : {10, 11, 12}) cpos.push_back(p), cseq.push_back(1);
+  std::vector<int32_t> fpos, fseq(70, 1);  // a whole prompt from position 0
+  for (int32_t p = 0; p < 70; ++p) fpos.push_back(p);
+  std::vector<PromptCase> cases = {
+      {64, 9, 3, dpos, dseq},
+      {128, 32, 8, dpos, dseq},
+      {64, 9, 3, cpos, cseq},
+      {128, 32, 8, cpos, cseq},
+      {128, 32, 8, fpos, fseq},
+      {64, 4, 4, cpos, cseq},
+      {128, 16, 1, cpos, cseq},
+      {128, 24, 2, fpos, fseq},
+      {128, 32, 8, cpos, cseq, 520},                          // a NaN value
+      {64, 9, 3, cpos, cseq, 520, NAN, true},                 // a NaN key
+      {128, 32, 8, cpos, cseq, 520, 0x1.0p31f},               // a value past 2^30
+      {128, 32, 8, cpos, cseq, -1, NAN, false, -20, 20, 20},  // K and V past fp16's range
+      {64, 9, 3, cpos, cseq, -1, NAN, false, 30, -30, 0},     // Q past it, K below it
+  };
+  for (int64_t page : {8, 32, 48}) cases.push_back({128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, 0, page});
+  for (const PromptCase& c : cases)
+    if (auto why = prompt_case(c, rng); !why.empty())
+      return fmt::format("{}/{} heads, page {}: {}", c.nh, c.nkv, c.page, why);
+  return {};
+}
+
+}  // namespace tf::contract
