@@ -122,18 +122,25 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   grid_wait();
   const int64_t r = blockIdx.x;
   __shared__ float red[32];
-  int64_t src = r;
   const bool live = r < n_rows;
-  auto at = [&](int64_t c) {  // x[r, c], or what a planted fault reads instead
-    float v = x[(TF_FCTL(132) && r > 0 && c < 16 ? src - 1 : src) * n_in + c];  // planted: the neighbour row's x
-    if (TF_FCTL(131) && !isfinite(v)) v = 0.0f;                                 // planted: non-finite read as 0
-    return v;
+  // Eight columns from c8 * 8, or what a planted fault reads instead.
+  auto at8 = [&](int64_t c8, float (&v)[8]) {
+    const int64_t src = TF_FCTL(132) && r > 0 && c8 < 2 ? r - 1 : r;  // planted: the neighbour row's x
+    const float4* p = reinterpret_cast<const float4*>(x + src * n_in + 8 * c8);
+    const float4 a = p[0], b = p[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    if (TF_FCTL(131))
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = isfinite(v[i]) ? v[i] : 0.0f;  // planted: non-finite read as 0
   };
   float mx = 0.0f;
   if (live)
-    for (int64_t c = threadIdx.x; c < n_in; c += blockDim.x) {
-      const float v = at(c);
-      if (isfinite(v)) mx = fmaxf(mx, fabsf(v));  // infinities stay infinite under any power of two
+    for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {
+      float v[8];
+      at8(c8, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (isfinite(v[i])) mx = fmaxf(mx, fabsf(v[i]));  // infinities stay infinite under any power of two
     }
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, off));
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -144,13 +151,19 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   if (mx > 0.0f) frexpf(mx, &ex);
   const int e = mx > 0.0f ? 15 - ex : 0;
   if (threadIdx.x == 0) xe[r] = e;
+  // x * 2^e as two exact scalings (e reaches 164 for the smallest rows): ldexpf's bits without its branches.
+  const float s1 = __int_as_float((min(e, 127) + 127) << 23), s2 = __int_as_float((max(e - 127, 0) + 127) << 23);
   const int64_t rb = r / kN, n = r % kN;
   for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {  // eight columns a thread: one 16-byte store
     uint32_t h[4] = {0, 0, 0, 0};
-    if (live)
+    if (live) {
+      float v[8];
+      at8(c8, v);
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        h[k] = f16_u(__floats2half2_rn(ldexpf(at(8 * c8 + 2 * k), e), ldexpf(at(8 * c8 + 2 * k + 1), e)));
+        h[k] = f16_u(__floats2half2_rn(__fmul_rn(__fmul_rn(v[2 * k], s1), s2),
+                                       __fmul_rn(__fmul_rn(v[2 * k + 1], s1), s2)));
+    }
     *reinterpret_cast<uint4*>(xw + ((rb * (n_in / 16) + c8 / 2) * 2 + (c8 & 1)) * kN * 16 + n * 16) =
         make_uint4(h[0], h[1], h[2], h[3]);
   }
