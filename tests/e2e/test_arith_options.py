@@ -139,3 +139,43 @@ def test_greedy_below_one_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "oracle" / "arith_options.py"),
                            str(tmp_path / "absent.gguf"), "--greedy", "0"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--greedy 0: at least one greedy token is needed" in proc.stderr, proc.stderr
+
+
+def test_fp16_rows_keeps_11_bits_under_the_row_scale():
+    # Worked by hand: max 2 scales the row by 2^13; 1 + 2^-11 is a tie (to 1), 1 + 3 * 2^-11 one too (to 1 + 2^-9).
+    got = arith_options.fp16_rows(np.array([[1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 2.0]]))
+    assert np.array_equal(got, np.array([[1.0, 1 + 2.0 ** -9, 2.0]]))
+    # Rows past fp16's range or below its normals keep 11 bits where plain fp16 would overflow or flush.
+    for row in (np.array([[1e6, -3e5, 7.0]]), np.array([[1e-30, -3e-30, 2e-31]])):
+        got = arith_options.fp16_rows(row)
+        assert np.all(np.abs(got - row) <= 2.0 ** -11 * np.abs(row))
+        assert not np.all(np.abs(arith_options.fp16(row) - row) <= 2.0 ** -11 * np.abs(row))
+
+
+def test_fp16_attention_scales_values_down_only():
+    q, k = np.ones((1, 1, 4)), np.ones((2, 1, 4))
+    v = np.array([[[7e4, 1.0, 2.0, 3.0]], [[0.5, 0.25, 1.0, 2.0]]])
+    _, _, got, sv = arith_options.Fp16Attention.qkv(q, k, v)
+    # Worked by hand: max 7e4 lies in [2^16, 2^17), so that row scales by 2^-2; the other keeps its own values.
+    assert sv.shape == (2, 1) and sv[0, 0] == 0.25 and sv[1, 0] == 1.0
+    assert np.all(np.isfinite(got)) and np.all(np.abs(got - v) <= 2.0 ** -11 * np.abs(v))
+    assert arith_options.Fp16Attention.p(np.array([1 + 2.0 ** -11]))[0] == 1.0
+
+
+def test_attention_hook_is_the_exact_attention_when_it_rounds_nothing(model_path):
+    m = llama_ref.load(model_path)
+    ids = [1, 2, 3, 4]
+
+    class Same:
+        @staticmethod
+        def qkv(q, k, v):
+            return q, k, v, np.ones(v.shape[:2])
+
+        @staticmethod
+        def p(w):
+            return w
+
+    h = llama_ref.hidden(m, ids)
+    assert np.array_equal(llama_ref.hidden(m, ids, att=Same), h)
+    assert not np.array_equal(llama_ref.hidden(m, ids, att=arith_options.Fp16Attention), h)
+    assert llama_ref.greedy(m, ids, 2, att=Same) == llama_ref.greedy(m, ids, 2)
