@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 #include "backend/cuda/cuda_attention.h"
@@ -29,8 +30,14 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
   const int64_t hd = c.hd, nh = c.nh, nkv = c.nkv, P = c.page, kvr = nkv * hd, max_keys = 2000;
   const int64_t max_pages = (max_keys + 1 + P) / P, n_seq = 2, page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
   auto pool = random_floats(size_t(n_pages * page_floats), rng);
+  for (int64_t pg = 0; pg < n_pages; ++pg)  // every physical page scaled once: K rows, then V rows
+    for (int64_t i = 0; i < page_floats; ++i)
+      pool[size_t(pg * page_floats + i)] =
+          std::ldexp(pool[size_t(pg * page_floats + i)], i < P * kvr ? c.k_exp : c.v_exp);
+  int64_t mul = 7;  // scrambled, and a permutation: a multiplier prime to the page count
+  while (std::gcd(mul, n_pages) != 1) ++mul;
   std::vector<int32_t> table(size_t(n_seq * max_pages));
-  for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * 7 + 3) % n_pages);  // scrambled
+  for (int64_t i = 0; i < int64_t(table.size()); ++i) table[size_t(i)] = int32_t((i * mul + 3) % n_pages);
   const int64_t rows = int64_t(c.pos.size()), qs = nh * hd + 2 * kvr;
   auto q = random_floats(size_t(rows * qs), rng);
   for (float& x : q) x = std::ldexp(x, c.q_exp);
@@ -39,10 +46,10 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
     return pool.data() + table[size_t(s * max_pages + j / P)] * page_floats + (j % P) * kvr;
   };
   auto V = [&](int s, int64_t j) { return K(s, j) + P * kvr; };
-  for (int s = 0; s < n_seq; ++s)
-    for (int64_t j = 0; j < max_pages * P; ++j)
-      for (int64_t i = 0; i < kvr; ++i)
-        K(s, j)[i] = std::ldexp(K(s, j)[i], c.k_exp), V(s, j)[i] = std::ldexp(V(s, j)[i], c.v_exp);
+  for (float x : pool)  // the case is what it says: finite inputs in range, but for the planted key
+    if (!std::isfinite(x)) return fmt::format("hd {}: the case's keys and values are not all finite", hd);
+  for (float x : q)
+    if (!std::isfinite(x)) return fmt::format("hd {}: the case's queries are not all finite", hd);
   if (c.bad_key >= 0)  // rows before it must not see it
     for (int64_t i = 0; i < kvr; ++i) (c.bad_in_k ? K(0, c.bad_key) : V(0, c.bad_key))[i] = c.bad_value;
   float *dpool = upload(pool), *dq = upload(q);
@@ -76,13 +83,16 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
           maxk = std::max(maxk, std::fabs(double(K(sq, j)[g * hd + i]))),
           maxv = std::max(maxv, std::fabs(double(V(sq, j)[g * hd + i])));
       // Scores: Q and K one fp16 rounding each (and subnormal steps under their powers of two), the mma chain, the
-      // two scalings; each p_j moves by twice that; P and V one rounding each, the P V chain, the softmax sums.
-      const double E = ref.max_s * (2 * u + (double(hd) / 16 + 6) * t22) + scale * double(hd) * 0x1.0p-38 * maxq * maxk;
+      // two scalings; each p_j moves by a factor within exp(+-2E); P and V one rounding each, the P V chain, the sums.
+      // A half's subnormal step under a power of two of at most 2^126: 2^-25 of max |x| 2^-14, or of 2^-126.
+      const double qstep = std::max(maxq * 0x1.0p-39, 0x1.0p-151), kstep = std::max(maxk * 0x1.0p-39, 0x1.0p-151);
+      const double E =
+          ref.max_s * (2 * u + (double(hd) / 16 + 6) * t22) + scale * double(hd) * (qstep * maxk + kstep * maxq);
       for (int64_t i = 0; i < hd; ++i) {
         double sum_v = 0;
         for (int64_t j = 0; j < nk; ++j) sum_v += std::fabs(double(V(sq, j)[g * hd + i]));
         const double ref_i = ref.out[size_t(i)], got = out[size_t((r * nh + h) * hd + i)];
-        const double bound = ref.mag[size_t(i)] * (2 * E + 4 * u + (double(nk) / 8 + 64) * t22) +
+        const double bound = ref.mag[size_t(i)] * (std::expm1(2 * E) + 4 * u + (double(nk) / 8 + 64) * t22) +
                              0x1.0p-24 * (sum_v + 1) + 0x1.0p-37 * maxv;
         if (poisoned || !std::isfinite(ref_i) ? !std::isnan(got) : !(std::fabs(got - ref_i) <= bound)) {
           why = fmt::format("hd {} pos {} head {} [{}]: {} vs {} (bound {:.3g})", hd, c.pos[size_t(r)], h, i, got,
@@ -111,7 +121,7 @@ std::string check_cuda_attention_prompt() {
     cuda::attention_prompt(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{}, 32, 8, 96, 1.0f, nullptr);
     return "head size 96 was not refused";
   } catch (const std::runtime_error& e) {
-    if (std::string(e.what()).find("head size 64 or 128, not 96") == std::string::npos)
+    if (std::string(e.what()).find("not head size 96 with 32/8 heads") == std::string::npos)
       return std::string("head size 96 refused for another reason: ") + e.what();
   }
   std::mt19937 rng(31);
@@ -134,8 +144,11 @@ std::string check_cuda_attention_prompt() {
       {128, 32, 8, cpos, cseq, 520},                          // a NaN value
       {64, 9, 3, cpos, cseq, 520, NAN, true},                 // a NaN key
       {128, 32, 8, cpos, cseq, 520, 0x1.0p31f},               // a value past 2^30
-      {128, 32, 8, cpos, cseq, -1, NAN, false, -20, 20, 20},  // K and V past fp16's range
+      {64, 9, 3, cpos, cseq, 520, 0x1.0p65f, true},           // a key past 2^64
+      {128, 32, 8, cpos, cseq, -1, NAN, false, -20, 20, 20},  // K and V past fp16's range (V scaled down)
       {64, 9, 3, cpos, cseq, -1, NAN, false, 30, -30, 0},     // Q past it, K below it
+      {128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, -20},    // V below fp16's normals
+      {64, 9, 3, fpos, fseq, -1, NAN, false, -60, 60, 0},     // Q at 2^-60, K at 2^60: scores of order one
   };
   for (int64_t page : {8, 32, 48}) cases.push_back({128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, 0, page});
   for (const PromptCase& c : cases)

@@ -2,10 +2,10 @@
 """How far other product arithmetics move a model's logits from the float64 reference: data for choosing one.
 
 Each option rounds the input rows of every weight product (and, for some, the weights or attention's operands) the
-way a kernel family would, then runs llama_ref's float64 forward; otherwise attention's own products stay exact. Reported per option, over the
-prompts of tools/oracle/oracle_prompts.py (those of the oracle test) teacher-forced along the exact greedy
-continuation: the largest logit error, that error over the product's conditioning S = sum |w h|, positions whose
-argmax moves, and where a greedy run of its own first leaves the exact one.
+way a kernel family would, then runs llama_ref's float64 forward; otherwise attention's own products stay exact.
+Reported per option, over the prompts of tools/oracle/oracle_prompts.py (those of the oracle test) teacher-forced
+along the exact greedy continuation: the largest logit error, that error over the product's conditioning
+S = sum |w h|, positions whose argmax moves, and where a greedy run of its own first leaves the exact one.
 
 Usage: python tools/oracle/arith_options.py MODEL [--greedy 64] [--tokenizer tests/fixtures/smollm2/tokenizer.json]
        [--only TEXT]

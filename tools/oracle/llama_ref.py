@@ -192,7 +192,8 @@ class KVCache:
 
 def _attention(m, q, k, v, pos0, att=None):
     # q [T, H, D], k/v [P, Hkv, D]; query t sits at absolute position pos0 + t and sees keys 0..pos0+t.
-    # att, if given, rounds Q, K and V (att.qkv) and the unnormalised weights P (att.p) as a kernel would.
+    # att, if given, rounds Q, K and V (att.qkv) and the unnormalised weights P (att.p, here under the row's final
+    # maximum; a kernel's running maximum gives the same relative rounding).
     t_new, p = q.shape[0], k.shape[0]
     group = m.n_head // m.n_head_kv
     if att:

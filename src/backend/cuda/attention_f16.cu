@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kFW * 32, 1)
       }
     };
     // Each key row under its own power of two: K scaled into [2^14, 2^15), V only scaled down (P takes 2^-ev up to
-    // 2^15); a key with a non-finite element, or a value past 2^30, enters as zeros and makes its rows NaN.
+    // 2^15); a key past 2^64 (its 2^-ek times a score would overflow), a value past 2^30 or a non-finite element enters
+    // as zeros and makes its rows NaN.
     auto convert = [&](int buf) {
       float mk = 0.0f, mv = 0.0f;
 #pragma unroll
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kFW * 32, 1)
         mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, off));
         mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, off));
       }
-      const bool bad = !(mk < INFINITY) || !(mv < 0x1p30f);
+      const bool bad = !(mk < 0x1p64f) || !(mv < 0x1p30f);
       const int ek = bad ? 0 : fit_exp(mk), ev = bad ? 0 : min(0, fit_exp(mv));
       const float fk = pow2(ek), fv = pow2(ev);
 #pragma unroll
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(kFW * 32, 1)
       for (int nt = 0; nt < 4; ++nt) {
         const float2 kf = *reinterpret_cast<const float2*>(&S.kf[buf][8 * nt + 2 * t]);
         const float2 v2 = *reinterpret_cast<const float2*>(&S.vf[buf][8 * nt + 2 * t]);
-        vf[nt][0] = v2.x, vf[nt][1] = v2.y;
+        vf[nt][0] = TF_DCTL(208) ? 1.0f : v2.x, vf[nt][1] = TF_DCTL(208) ? 1.0f : v2.y;  // planted: 2^-ev lost
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int j = kb + 8 * nt + 2 * t + (e & 1);
@@ -310,10 +311,12 @@ bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_he
 void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                       const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
   if (!attention_prompt_supports(head_dim, n_head, n_kv_head))
-    throw std::runtime_error("attention: the fp16 prompt kernel takes head size 64 or 128, not " +
-                             std::to_string(head_dim));
-  if (launch_device().major < 8)
-    throw std::runtime_error("attention: the fp16 prompt kernel needs compute capability 8.0 or later");
+    throw std::runtime_error(
+        "attention: the fp16 prompt kernel takes head size 64 or 128 and whole groups of query "
+        "heads per KV head, not head size " +
+        std::to_string(head_dim) + " with " + std::to_string(n_head) + "/" + std::to_string(n_kv_head) + " heads");
+  if (launch_device().major < 9)  // built for sm_90a and compute_90 only
+    throw std::runtime_error("attention: the fp16 prompt kernel needs compute capability 9.0");
   if (n_rows == 0) return;
   upload_control();
   const int64_t G = n_head / n_kv_head, HB = std::min<int64_t>(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;

@@ -49,10 +49,10 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
                    const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
                    void* xs = nullptr, float* xsum = nullptr, const AttnChunks& chunks = {});
 
-// Prompt rows' attention at one fp16 mma a step (head size 64 or 128, any heads per KV head, compute capability 8.0
-// or later): each row of Q and each key and value row rounded to fp16 under its own power of two, scores and P V as
-// f32 tensor-core chains over 32-key tiles at absolute positions, the online softmax in f32. A key with a non-finite
-// element or a value past 2^30 makes the rows that attend it NaN. Row-invariant, but not the bits of attention_mma.
+// Prompt rows' attention at one fp16 mma a step (head size 64 or 128, any heads per KV head, compute capability 9.0):
+// each row of Q and each key and value row rounded to fp16 under its own power of two, scores and P V as f32
+// tensor-core chains over 32-key tiles at absolute positions, the online softmax in f32. A key past 2^64, a value past
+// 2^30 or a non-finite element makes the rows that attend it NaN. Row-invariant, but not the bits of attention_mma.
 bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head);
 void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                       const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale,

@@ -151,7 +151,7 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   if (mx > 0.0f) frexpf(mx, &ex);
   const int e = mx > 0.0f ? 15 - ex : 0;
   if (threadIdx.x == 0) xe[r] = e;
-  // x * 2^e as two exact scalings (e reaches 164 for the smallest rows): ldexpf's bits without its branches.
+  // x * 2^e as two exact scalings (e reaches 163 for the smallest rows): ldexpf's bits without its branches.
   const float s1 = __int_as_float((min(e, 127) + 127) << 23), s2 = __int_as_float((max(e - 127, 0) + 127) << 23);
   const int64_t rb = r / kN, n = r % kN;
   for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {  // eight columns a thread: one 16-byte store

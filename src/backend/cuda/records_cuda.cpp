@@ -100,23 +100,27 @@ std::vector<KernelRecord> make_records() {
       {"attention_prompt",
        "cuda",
        {"f32"},
-       "compute capability 8.0 or later; paged KV of any page size, head_dim 64 or 128, any query heads per KV head, "
-       "causal over [0, pos], any rows of any sequences",
+       "compute capability 9.0; paged KV of any page size, head_dim 64 or 128, any query heads per KV head, causal "
+       "over [0, pos], any rows of any sequences; a key past 2^64, a value past 2^30 or a non-finite element makes "
+       "the rows that attend it NaN",
        "head_dim 64 and 128, 9/3, 32/8, 4/4, 16/1 and 24/2 heads; decode-like rows of two sequences (up to 2000 keys); "
        "a 37-row prefill chunk with another sequence's rows inside and after; a 70-row prompt from position 0; a NaN "
-       "value, a NaN key and a value of 2^31 at key 520 (rows before it finite, rows after it NaN); K and V at 2^20 "
-       "with Q at 2^-20, and K at 2^-30 with Q at 2^30; pages of 8, 16, 32 and 48 tokens; every row against itself "
-       "alone; a canary after the output",
-       "|o - o64| <= mag (2E + 4u + (n_keys/8 + 64) 2^-22) + 2^-24 (sum_j |v_j| + 1) + 2^-37 max|v|, mag = sum p_j|v_j|, "
-       "E = max_s (2u + (hd/16 + 6) 2^-22) + scale hd 2^-38 max|q| max|k|, u = 2^-11: Q, K, V and P each one fp16 "
-       "rounding under powers of two, f32 tensor-core chains",
+       "value, a NaN key, a value of 2^31 and a key of 2^65 at key 520 (rows before it finite, rows after it NaN); K "
+       "and V at 2^20 with Q at 2^-20, K at 2^-30 with Q at 2^30, V at 2^-20, K at 2^60 with Q at 2^-60 (each page "
+       "scaled once, inputs checked finite); pages of 8, 16, 32 and 48 tokens; every row against itself alone; a "
+       "canary after the output",
+       "|o - o64| <= mag (expm1(2E) + 4u + (n_keys/8 + 64) 2^-22) + 2^-24 (sum_j |v_j| + 1) + 2^-37 max|v|, mag = "
+       "sum p_j|v_j|, E = max_s (2u + (hd/16 + 6) 2^-22) + scale hd (q_step max|k| + k_step max|q|), x_step = "
+       "max(2^-39 max|x|, 2^-151), u = 2^-11: Q, K, V and P each one fp16 rounding under powers of two, f32 "
+       "tensor-core chains",
        {{201, "one key past the causal limit read"},
         {202, "query head mapped to the wrong KV head"},
         {203, "a key that cannot be used read as zeros"},
         {204, "a tile's last 16 keys lost from P V"},
         {205, "the score chain kept in fp16"},
         {206, "the last row written one row late"},
-        {207, "a row reads its neighbour's query"}}});
+        {207, "a row reads its neighbour's query"},
+        {208, "P without its values' 2^-ev"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",
