@@ -3,6 +3,7 @@
 #include "backend/cpu/ops.h"
 #include "base/error.h"
 #include "cli/common.h"
+#include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "io/gguf.h"
 #include "io/hf_config.h"
@@ -80,6 +81,8 @@ Runner add_info(CLI::App& app) {
     }
     BackendChoice b = backend_for(*f, *backend);
     std::printf("backend:       %s: %s\n", b.name.c_str(), b.detail.c_str());
+    std::printf("serve --chunk: %lld prompt tokens a sequence per round by default\n",
+                (long long)default_chunk(b.name, EngineOptions{}.chunk));
     if (b.name == "cuda") {
       const double need = double(i.weight_bytes) + kv;
       std::printf("device memory: %.1f MiB needed of %.1f MiB free%s\n", need / (1 << 20),

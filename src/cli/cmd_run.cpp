@@ -57,7 +57,7 @@ EngineOptions one_lane(const GenOpts& o, const LoadedModel& m) {
   EngineOptions e;
   e.parallel = 1;
   e.context = std::min<int64_t>(o.context, m.model->info().n_ctx_train);
-  e.chunk = 256;
+  e.chunk = default_chunk(m.backend.name, 256);
   e.prompt_cache_gib = 0;
   return e;
 }

@@ -33,8 +33,8 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   c->add_option("--max-queue", o->s.engine.max_queue, "waiting requests before 503")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  c->add_option("--chunk", o->s.engine.chunk, "prompt tokens per sequence per round")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  auto* chunk = c->add_option("--chunk", o->s.engine.chunk, "prompt tokens per sequence per round (128; CUDA: 512)")
+                    ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   c->add_option("--prompt-cache-gib", o->s.engine.prompt_cache_gib, "memory for the prefix cache")
       ->check(CLI::Range(0.0, 1.0e6));
   c->add_option("--drafter", o->s.engine.drafter, "auto (ctx), none, ctx, or mtp for models that ship an MTP layer");
@@ -55,10 +55,12 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--chat-template", o->chat_template,
                 "chatml, llama3, deepseek or deepseek_v4 instead of the file's template");
   add_model_mode_flags(c, o->thinking, o->qat);
-  return [o] {
+  return [o, chunk] {
     ThreadPool pool(o->threads);
     LoadedModel m = load_model(o->model, pool, o->chat_template, o->backend, o->thinking, o->qat);
     log::info("backend {}: {}", m.backend.name, m.backend.detail);
+    if (chunk->count() == 0) o->s.engine.chunk = default_chunk(m.backend.name, o->s.engine.chunk);
+    log::info("prompt chunk: {} tokens a sequence per round", o->s.engine.chunk);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);
     check_context(m, o->s.engine.context);

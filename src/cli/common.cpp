@@ -73,4 +73,6 @@ void write_npy_f32(const std::string& path, const float* data, int64_t rows, int
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) fail("failed writing '{}'", path);
 }
 
+int64_t default_chunk(const std::string& backend, int64_t cpu_chunk) { return backend == "cuda" ? 512 : cpu_chunk; }
+
 }  // namespace tf::cli

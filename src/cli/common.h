@@ -22,5 +22,7 @@ std::vector<int32_t> parse_id_list(const std::string& s, const char* what = "tok
 void add_model_mode_flags(CLI::App* c, int& thinking, bool& qat);
 std::vector<std::string> read_lines(const std::string& path);  // split on '\n', raw bytes
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
+// Prompt tokens a sequence prefills per round unless --chunk says: GPU products fill the device only at 512 rows.
+int64_t default_chunk(const std::string& backend, int64_t cpu_chunk);
 
 }  // namespace tf::cli

@@ -196,6 +196,16 @@ def test_cuda_refuses_rounds_past_its_row_limit_at_startup(tf_bin, model_path):
     assert proc.returncode != 0 and "69632 rows" in out and "--chunk" in out and "--parallel" in out, shown(proc)
 
 
+def test_info_names_the_prompt_chunk_its_backend_serves_with(tf_bin, model_path):
+    # GPU products fill the device only at 512 rows a forward; the CPU keeps 128, which bounds a round's latency.
+    proc = tf(tf_bin, "info", model_path, "--backend", "auto", timeout=60)
+    assert proc.returncode == 0, shown(proc)
+    want = 512 if re.search(r"^backend:\s+cuda", proc.stdout, re.M) else 128
+    assert re.search(rf"^serve --chunk: {want} prompt tokens a sequence per round", proc.stdout, re.M), shown(proc)
+    cpu = tf(tf_bin, "info", model_path, "--backend", "cpu", timeout=60)
+    assert re.search(r"^serve --chunk: 128 prompt tokens", cpu.stdout, re.M), shown(cpu)
+
+
 @pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 2"), ("TF_MMA_SPLIT", "yes", "0 to 1"),
                                              ("TF_MMA_WGMMA", "off", "0 to 1"), ("TF_CUDA_PDL", "2", "0 to 1"),
                                              ("TF_CUDA_PREFETCH", "on", "0 to 1"),
