@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/f16_prompt.cuh"
+#include "backend/cuda/mma_ops.cuh"
 
 namespace {
 
@@ -52,11 +53,7 @@ __global__ void ref_kernel(tf::cuda::DeviceMatrix w, const __half* __restrict__ 
     for (int st = 0; st < 4; ++st) {
       const __half* xr = x16 + (row0 + g) * w.n_in + u * 64 + st * 16 + 2 * t;
       const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xr), b1 = *reinterpret_cast<const uint32_t*>(xr + 8);
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-          "{%0,%1,%2,%3};\n"
-          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-          : "r"(a[st][0]), "r"(a[st][1]), "r"(a[st][2]), "r"(a[st][3]), "r"(b0), "r"(b1));
+      tf::cuda::mma_m16n8k16_f16(c, a[st], b0, b1);
     }
   }
   for (int e = 0; e < 4; ++e) {

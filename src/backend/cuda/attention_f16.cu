@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
+#include "backend/cuda/mma_ops.cuh"
 #include "backend/cuda/paged_kv.cuh"
 
 namespace tf::cuda {
@@ -18,11 +19,6 @@ namespace {
 constexpr int kFW = 8;   // warps a block
 constexpr int kFK = 32;  // keys a tile
 
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -32,10 +28,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
-}
-__device__ __forceinline__ uint32_t half_pair(float a, float b) {  // a in the low half, as fragments hold it
-  __half2 v = __floats2half2_rn(a, b);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // e in [-126, 127]
 // floor(log2 m) for a finite m > 0, subnormals included, without a branch.
@@ -193,8 +185,8 @@ __global__ void __launch_bounds__(kFW * 32, 1)
         for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
           uint32_t b[4];
           ldsm_x4(b, kaddr + buf * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
-          mma_f16(s[nt], qa[2 * k2], b[0], b[1]);
-          mma_f16(s[nt], qa[2 * k2 + 1], b[2], b[3]);
+          mma_m16n8k16_f16(s[nt], qa[2 * k2], b[0], b[1]);
+          mma_m16n8k16_f16(s[nt], qa[2 * k2 + 1], b[2], b[3]);
           if (TF_DCTL(205))  // planted: the score chain kept in fp16
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[nt][e] = __half2float(__float2half_rn(s[nt][e]));
@@ -267,8 +259,8 @@ __global__ void __launch_bounds__(kFW * 32, 1)
         for (int n2 = 0; n2 < D / 16; ++n2) {  // keys 16 kk + 8 (m & 1).., columns 16 n2 + 8 (m >> 1)
           uint32_t b[4];
           ldsm_x4_trans(b, vaddr + buf * kBufBytes + (16 * kk * (D + 8) + 16 * n2) * 2);
-          mma_f16(o[2 * n2], pa[kk], b[0], b[1]);
-          mma_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
+          mma_m16n8k16_f16(o[2 * n2], pa[kk], b[0], b[1]);
+          mma_m16n8k16_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
         }
       }
       if (any_done)

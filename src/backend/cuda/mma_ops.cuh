@@ -1,10 +1,11 @@
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-// The tensor-core instruction and the bf16 hi + lo split that the products and the attention share.
+// The tensor-core instructions and the operand packings that the products, the attention and the probes share.
 namespace tf::cuda {
 
 // D = A B + C for one m16n8k16 tile: bf16 operands in the PTX fragment layout, f32 accumulators.
@@ -20,6 +21,16 @@ __device__ __forceinline__ void mma_m16n8k16_zero(float (&c)[4], uint32_t a0, ui
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
       : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+// The same with fp16 operands (prompt rows: one mma a step).
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t half_pair(float a, float b) {  // a in the low half, as fragments hold it
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
 }
 __device__ __forceinline__ uint32_t bf16_pair(float a, float b) {  // a in the low half, as fragments hold it
   __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
