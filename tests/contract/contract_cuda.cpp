@@ -135,20 +135,49 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
   return {};
 }
 
-// Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form.
-std::string check_prompt(GgmlType type) {
+// The decoding prompt product of m, with no planted control: the reference a prompt image must equal bit for bit.
+std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows) {
+#if defined(TF_CTL) && TF_CTL
+  struct Off {  // the control stays planted in the checked product only
+    int ctl = g_active_control;
+    Off() { g_active_control = 0; }
+    ~Off() { g_active_control = ctl; }
+  } off;
+#endif
+  cuda::DeviceMatrix plain = m;
+  plain.f16w = nullptr;
+  Dev d(size_t(rows * m.n_out) * 4);
+  cuda::gemv_prompt(plain, dx, rows, d.as<float>());
+  std::vector<float> y(size_t(rows * m.n_out));
+  cuda::copy_to_host(y.data(), d.p, y.size() * 4);
+  return y;
+}
+
+// Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form. With
+// `image`, every product reads the weights' prompt image, which must also equal the decoding product bit for bit.
+std::string check_prompt(GgmlType type, bool image) {
   std::mt19937 rng(8765 + uint32_t(type));
-  const std::string name(ggml_type_name(type));
+  const std::string name = std::string(ggml_type_name(type)) + (image ? " image" : "");
   for (auto [n_in, n_out] :
        {std::pair<int64_t, int64_t>{768, 1536}, {1536, 520}, {256, 33}, {4608, 2056}, {256, 16896}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
     Dev dw(cuda::device_matrix_bytes(type, n_in, n_out));
-    const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
+    cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
     if (!cuda::gemv_prompt_takes(m)) {
       if (cuda::mma_wgmma_device()) return name + ": a compute capability 9.0 device refused the prompt kernel";
       return {};  // launched nowhere else: prompt rows elsewhere take gemv
+    }
+    const size_t img_bytes = cuda::prompt_image_bytes(m);
+    Dev dimg(image ? img_bytes + 256 : 16);
+    if (image) {  // a canary after the image: its builder writes exactly prompt_image_bytes
+      std::vector<uint8_t> tail(256, 0xA5), back(256);
+      cuda::copy_to_device(dimg.as<uint8_t>() + img_bytes, tail.data(), tail.size());
+      cuda::prompt_image_build(m, dimg.p);
+      cuda::copy_to_host(back.data(), dimg.as<uint8_t>() + img_bytes, back.size());
+      if (back != tail) return name + ": the image builder wrote past its end";
+      if (m.f16w != dimg.p) return name + ": the image was built but the matrix does not read it";
     }
     const bool wide = n_out > 4096, big = n_out > 2048;  // the reference on every 5th column and the last 16
     std::vector<int64_t> row_counts = {1, 2, 3, 7, 16, 64, 100, 130, 300};
@@ -165,6 +194,10 @@ std::string check_prompt(GgmlType type) {
       cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>());
       cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
       if (!canary_intact(y, size_t(rows * n_out))) return name + ": write past the output";
+      if (image)
+        if (int64_t d = first_bit_difference(prompt_plain(m, dx.as<float>(), rows).data(), y.data(), size_t(rows * n_out));
+            d >= 0)
+          return fmt::format("{}: {}x{} rows={}: differs from the decoding product at {}", name, n_in, n_out, rows, d);
       for (int64_t r = 0; r < rows; ++r) {
         float mx = 0.0f;
         for (int64_t i = 0; i < n_in; ++i)
@@ -277,7 +310,10 @@ int main() {
     };
   for (auto [name, t] :
        {std::pair<const char*, GgmlType>{"prompt.q4_k", GgmlType::Q4_K}, {"prompt.q6_k", GgmlType::Q6_K}})
-    checks[name] = [t = t] { return contract::check_prompt(t); };
+    checks[name] = [t = t] { return contract::check_prompt(t, false); };
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"prompt_image.q4_k", GgmlType::Q4_K},
+                         {"prompt_image.q6_k", GgmlType::Q6_K}})
+    checks[name] = [t = t] { return contract::check_prompt(t, true); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16},

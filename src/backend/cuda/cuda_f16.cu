@@ -14,16 +14,16 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 int64_t padded_rows(int64_t n_rows) { return (n_rows + kF16RowPad - 1) / kF16RowPad * kF16RowPad; }
 
 // Whether the sm_90a build of this kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.
-template <int kType, int kN>
+template <int kType, int kN, bool kImage>
 bool kernel_ready() {
   static const bool ready = [] {
     cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, f16_wgmma_kernel<kType, kN>) != cudaSuccess || fa.binaryVersion != 90) {
+    if (cudaFuncGetAttributes(&fa, f16_wgmma_kernel<kType, kN, kImage>) != cudaSuccess || fa.binaryVersion != 90) {
       cudaGetLastError();
       return false;
     }
-    const bool ok = cudaFuncSetAttribute(f16_wgmma_kernel<kType, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         f16_smem_bytes(kN)) == cudaSuccess;
+    const bool ok = cudaFuncSetAttribute(f16_wgmma_kernel<kType, kN, kImage>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, f16_smem_bytes(kN, kImage)) == cudaSuccess;
     cudaGetLastError();
     return ok;
   }();
@@ -32,7 +32,8 @@ bool kernel_ready() {
 
 template <int kType>
 bool type_ready() {
-  return kernel_ready<kType, 128>() && kernel_ready<kType, 256>();
+  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>() && kernel_ready<kType, 128, true>() &&
+         kernel_ready<kType, 256, true>();
 }
 
 // What f16_stage left in the scratch: staged products must match it, or they would read another x's image.
@@ -62,7 +63,10 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   uint8_t* base = staged ? mma_scratch_base() : stage<kN>(w, x, n_rows, ctl);
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
-  launch_k(f16_wgmma_kernel<kType, kN>, grid, kF16Warps * 32, f16_smem_bytes(kN), a);
+  if (w.f16w)
+    launch_k(f16_wgmma_kernel<kType, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
+  else
+    launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
 }
 
 template <int kType>
@@ -83,6 +87,11 @@ bool f16_enabled() {
   return on;
 }
 
+int f16_image_mode() {
+  static const int m = env_switch("TF_CUDA_PROMPT_IMAGE", 2, "0 never keeps prompt images, 1 always; unset: where they fit");
+  return m;
+}
+
 bool f16_takes(const DeviceMatrix& w) {
   if (!w.mma || !w.f16 || w.n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device()) return false;
   if (w.type == GgmlType::Q4_K) return type_ready<int(GgmlType::Q4_K)>();
@@ -93,6 +102,21 @@ bool f16_takes(const DeviceMatrix& w) {
 size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   if (!f16_takes(w) || n_rows <= 0) return 0;
   return align256(size_t(padded_rows(n_rows) * w.n_in) * 2) + align256(size_t(padded_rows(n_rows)) * 4);
+}
+
+size_t f16_image_size(const DeviceMatrix& w) {
+  return f16_takes(w) ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
+}
+
+void f16_image(DeviceMatrix& w, void* dst, int ctl) {
+  if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
+  const dim3 grid(unsigned((w.units + 3) / 4), unsigned((w.n_out + 127) / 128 * 8));
+  w.f16w = nullptr;
+  if (w.type == GgmlType::Q4_K)
+    launch_k(f16_image_kernel<int(GgmlType::Q4_K)>, grid, 128, 0, w, static_cast<uint8_t*>(dst), ctl);
+  else
+    launch_k(f16_image_kernel<int(GgmlType::Q6_K)>, grid, 128, 0, w, static_cast<uint8_t*>(dst), ctl);
+  w.f16w = static_cast<const uint8_t*>(dst);
 }
 
 void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {

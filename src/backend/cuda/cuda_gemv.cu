@@ -183,6 +183,15 @@ void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows) {
   check(cudaGetLastError(), "gemv_prompt_stage launch");
 }
 
+size_t prompt_image_bytes(const DeviceMatrix& w) { return f16_image_size(w); }
+int prompt_image_mode() { return f16_image_mode(); }
+
+void prompt_image_build(DeviceMatrix& w, void* dst) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) throw std::runtime_error("prompt_image_build: misaligned image");
+  f16_image(w, dst, active_control());
+  check(cudaGetLastError(), "prompt_image_build launch");
+}
+
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre) {
   if (!w.mma || !pre.xs) return false;
   const bool staged = mma_stage(w, n_rows, pre, active_control());

@@ -27,6 +27,7 @@ struct DeviceMatrix {
   bool mma = false;
   bool f16 = false;  // Q4_K or Q6_K whose weights fit fp16 under 2^f16_exp: prompt rows may take f16_prompt.cuh
   int f16_exp = 0;
+  const uint8_t* f16w = nullptr;  // prompt rows' fp16 weights decoded once (prompt_image_build), or none
 };
 // Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
 int64_t unit_elems(GgmlType type);
@@ -63,6 +64,12 @@ bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, o
 void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
                  bool staged = false);
 void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
+// Bytes of w's prompt image: its fp16 weights as the prompt kernel decodes them, read instead (same bits, no decode).
+size_t prompt_image_bytes(const DeviceMatrix& w);  // 0 where gemv_prompt does not take w
+// TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) where the images fit beside what the model needs.
+int prompt_image_mode();
+// Decodes w into dst (device, prompt_image_bytes long) and points w.f16w at it.
+void prompt_image_build(DeviceMatrix& w, void* dst);
 // One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre);
 // Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.

@@ -38,5 +38,8 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
 void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               bool staged = false);
 void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl);
+size_t f16_image_size(const DeviceMatrix& w);
+int f16_image_mode();  // TF_CUDA_PROMPT_IMAGE: 0, 1, or -1 (unset)
+void f16_image(DeviceMatrix& w, void* dst, int ctl);
 
 }  // namespace tf::cuda

@@ -33,7 +33,11 @@ struct F16Args {
 };
 
 __host__ __device__ constexpr int f16_unit_bytes(int n) { return n * 128; }
-constexpr int f16_smem_bytes(int n) { return kF16Stages * f16_unit_bytes(n) + 8 * kF16Stages; }
+constexpr int kF16ImageUnit = 128 * 64 * 2;  // a prompt image's 128 outputs x 64 columns, as x's image lays out rows
+__host__ __device__ constexpr int f16_stage_bytes(int n, bool image) {
+  return f16_unit_bytes(n) + (image ? kF16ImageUnit : 0);
+}
+constexpr int f16_smem_bytes(int n, bool image) { return kF16Stages * f16_stage_bytes(n, image) + 8 * kF16Stages; }
 
 __device__ __forceinline__ uint32_t f16_bits2(__half h) {
   const __half2 v = __halves2half2(h, h);
@@ -169,13 +173,45 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   }
 }
 
-// Two warpgroups over 128 outputs x kN rows; x's units arrive by bulk copy, each thread loads its weights 2 ahead.
-template <int kType, int kN>
+// Prompt image: [128-output block][unit][step][8-column half][output][8 halves], the fp16 weights the decoding
+// kernel builds in registers, laid out as x's image so that wgmma reads them from shared memory.
+__host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t units) {
+  return (n_out + 127) / 128 * units * kF16ImageUnit;
+}
+
+// A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel.
+template <int kType>
+__global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int ctl) {
+  using F = F16W<kType>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t tile = blockIdx.y, u = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5), last = (w.n_out + 15) / 16 - 1;
+  if (u >= w.units) return;
+  int64_t tm = tile < last ? tile : last;  // past n_out the block's tail repeats the last tile, as the kernel reads it
+  if (TF_FCTL(135) && tm > 0 && u == 1) --tm;  // planted: a unit built from the neighbour tile
+  uint32_t m[2][5];
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + u / 4) * 16 + g) * 5;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+    for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
+  uint32_t a[4][4];
+  F::frags(m, int(u % 4), F::load(w, (tm * w.units + u) * 32 + lane), ldexpf(1.0f, w.f16_exp), a);
+  uint8_t* dst = img + ((tile / 8) * w.units + u) * kF16ImageUnit + (tile % 8) * 16 * 16 + g * 16 + 4 * t;
+#pragma unroll
+  for (int st = 0; st < 4; ++st)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // a[st][i]: output g + 8 (i & 1), columns 2t, 2t + 1 of half i >> 1
+      *reinterpret_cast<uint32_t*>(dst + ((st * 2 + (i >> 1)) * 128 + 8 * (i & 1)) * 16) = a[st][i];
+}
+
+// Two warpgroups over 128 outputs x kN rows; x's units arrive by bulk copy. Weights: each thread loads its quantised
+// ones 2 units ahead and decodes them (kImage false), or the prompt image's units arrive beside x's (the same values).
+template <int kType, int kN, bool kImage>
 __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A) {
   grid_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using F = F16W<kType>;
-  constexpr int kUnitB = f16_unit_bytes(kN), kStepB = kN * 32, kAhead = 2;
+  constexpr int kUnitB = f16_unit_bytes(kN), kStageB = f16_stage_bytes(kN, kImage), kStepB = kN * 32, kAhead = 2;
   extern __shared__ __align__(128) uint8_t sm[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
@@ -183,15 +219,19 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
   const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share a weight tile run together
   const int64_t last = (w.n_out + 15) / 16 - 1, tile = int64_t(blockIdx.y) * kF16Warps + warp;
   const int64_t tm = tile < last ? tile : last;
-  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kF16Stages * kUnitB);
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kF16Stages * kStageB);
   const uint8_t* xb = A.xw + rb * w.units * kUnitB;
+  const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
+  auto copy = [&](uint32_t to, const uint8_t* from, uint32_t n, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(to),
+                 "l"(from), "r"(n), "r"(bar)
+                 : "memory");
+  };
   auto fetch = [&](int64_t u) {
     const uint32_t st = uint32_t(u % kF16Stages), bar = bar0 + 8 * st;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kUnitB) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     base + st * kUnitB),
-                 "l"(xb + u * kUnitB), "r"(kUnitB), "r"(bar)
-                 : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kStageB) : "memory");
+    copy(base + st * kStageB, xb + u * kUnitB, kUnitB, bar);
+    if constexpr (kImage) copy(base + st * kStageB + kUnitB, wb + u * kF16ImageUnit, kF16ImageUnit, bar);
   };
   if (tid == 0) {
     for (int s = 0; s < kF16Stages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
@@ -199,7 +239,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
     for (int64_t u = 0; u < kF16Stages && u < w.units; ++u) fetch(u);
   }
   __syncthreads();
-  const float wsc = ldexpf(1.0f, w.f16_exp);
+  [[maybe_unused]] const float wsc = ldexpf(1.0f, w.f16_exp);
   const int64_t at0 = tm * w.units * 32 + lane;
   auto load_meta = [&](int64_t sl, uint32_t(&m)[2][5]) {
     const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * 5;
@@ -209,30 +249,38 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
       for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
   };
   uint32_t meta[2][5], meta_n[2][5];
-  load_meta(0, meta_n);
   typename F::Raw raw[kAhead];
+  if constexpr (!kImage) {
+    load_meta(0, meta_n);
 #pragma unroll
-  for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
+    for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
+  }
   // LBO: a step's second 8 columns are kN rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
   const uint64_t lbo_sbo = (uint64_t((kN * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+  // The image's A: 128 outputs a half, this warpgroup's 64 from output 64 (warp >> 2).
+  const uint64_t a_lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
   float c[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) c[i] = 0.0f;
   uint32_t a[2][4][4];
   for (int64_t sl = 0; sl < w.slices; ++sl) {
+    if constexpr (!kImage) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
+      for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-      for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
-    if (sl + 1 < w.slices) load_meta(sl + 1, meta_n);
+        for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
+      if (sl + 1 < w.slices) load_meta(sl + 1, meta_n);
+    }
 #pragma unroll
     for (int uu = 0; uu < 4; ++uu) {  // K-quant rows are whole 256-column slices: four units each
       const int64_t u = sl * 4 + uu;
-      const typename F::Raw cur = raw[0];
+      if constexpr (!kImage) {
+        const typename F::Raw cur = raw[0];
 #pragma unroll
-      for (int i = 0; i + 1 < kAhead; ++i) raw[i] = raw[i + 1];
-      if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
-      F::frags(meta, uu, cur, wsc, a[uu & 1]);
+        for (int i = 0; i + 1 < kAhead; ++i) raw[i] = raw[i + 1];
+        if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
+        F::frags(meta, uu, cur, wsc, a[uu & 1]);
+      }
       const uint32_t stage = uint32_t(u % kF16Stages), bar = bar0 + 8 * stage;
       asm volatile(
           "{\n.reg .pred done;\nwait_%=:\n"
@@ -240,13 +288,18 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
           "@!done bra wait_%=;\n}\n" ::"r"(bar),
           "r"(uint32_t((u / kF16Stages) & 1))
           : "memory");
-      const uint32_t lo = ((base + stage * kUnitB) >> 4) | uint32_t(lbo_sbo);
+      const uint32_t lo = ((base + stage * kStageB) >> 4) | uint32_t(lbo_sbo);
+      const uint32_t a_lo = ((base + stage * kStageB + kUnitB + (warp >> 2) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int st = 0; st < 4; ++st) {
         if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
         const uint64_t desc = (lbo_sbo >> 32 << 32) | (lo + uint32_t(st * kStepB >> 4));
-        wgmma_f16<kN>(c, a[uu & 1][st], desc, (u > 0 || st > 0) ? 1 : 0);
+        if constexpr (kImage)
+          wgmma_f16_ss<kN>(c, (a_lbo_sbo >> 32 << 32) | (a_lo + uint32_t(st * 4096 >> 4)), desc,
+                           (u > 0 || st > 0) ? 1 : 0);
+        else
+          wgmma_f16<kN>(c, a[uu & 1][st], desc, (u > 0 || st > 0) ? 1 : 0);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");

@@ -56,6 +56,20 @@ std::vector<KernelRecord> make_records() {
           {132, "row reads its neighbour's activations"},
           {133, "a step's terms lost"},
           {134, "a write past the end"}}});
+  for (const char* f : {"q4_k", "q6_k"})
+    r.push_back(
+        {std::string("prompt_image.") + f,
+         "cuda",
+         {f},
+         "as prompt." + std::string(f) + ", the weights read from their prompt image (fp16 fragments decoded once by "
+         "f16_image_kernel, 2 KiB a 16-row tile and 64 columns)",
+         "the prompt." + std::string(f) + " cases with every product on the image; each equal bit for bit to the "
+         "decoding product; a canary after the image",
+         "bit-equal to prompt." + std::string(f) + " (the same fragments, the same wgmma chain), so its bound",
+         {{131, "non-finite activation read as 0"},
+          {133, "a step's terms lost"},
+          {134, "a write past the end"},
+          {135, "a unit's fragments built from the neighbour tile"}}});
   r.push_back({"rmsnorm",
                "cuda",
                {"f32"},

@@ -219,6 +219,32 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
       prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
   }
   prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(output_);
+  build_prompt_images();
+}
+
+void LlamaCudaModel::build_prompt_images() {
+  std::vector<DevWeight*> ms;
+  size_t total = 0;
+  for (auto& L : layers_)
+    for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+      if (m->q && cuda::prompt_image_bytes(*m) > 0) ms.push_back(m), total += align_up(cuda::prompt_image_bytes(*m));
+  const int mode = cuda::prompt_image_mode();
+  if (total == 0 || mode == 0) return;
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  // Unasked, the images take at most a quarter of what is free, so the KV pool keeps the rest.
+  if (mode < 0 && total > dev.free_bytes / 4) return;
+  if (total + (size_t(1) << 28) > dev.free_bytes)
+    fail("{}: TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
+         file_->path(), double(total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
+  images_ = cuda::device_alloc(total);
+  image_bytes_ = total;
+  auto* at = static_cast<uint8_t*>(images_);
+  for (DevWeight* m : ms) {
+    const size_t n = cuda::prompt_image_bytes(*m);
+    cuda::prompt_image_build(*m, at);
+    at += align_up(n);
+  }
+  cuda::synchronize();
 }
 
 void LlamaCudaModel::drop_graphs() {
@@ -230,7 +256,7 @@ void LlamaCudaModel::drop_graphs() {
 LlamaCudaModel::~LlamaCudaModel() {
   for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
   if (staging_host_) cuda::host_free_pinned(staging_host_);
-  for (void* p : {weights_, static_cast<void*>(kv_), scratch_, staging_dev_, static_cast<void*>(att_part_)}) {
+  for (void* p : {weights_, images_, static_cast<void*>(kv_), scratch_, staging_dev_, static_cast<void*>(att_part_)}) {
     try {  // after a sticky device error every free fails; a destructor must not throw
       if (p) cuda::device_free(p);
     } catch (const std::exception&) {

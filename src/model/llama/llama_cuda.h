@@ -49,6 +49,7 @@ class LlamaCudaModel : public Model {
  private:
   void ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints);
   void drop_graphs();
+  void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits,
@@ -66,6 +67,8 @@ class LlamaCudaModel : public Model {
   int64_t kv_row_ = 0;
   std::vector<float> rope_freqs_;
   void* weights_ = nullptr;  // one device allocation holding every tensor
+  void* images_ = nullptr;   // the prompt images of every layer matrix that has one, or none
+  size_t image_bytes_ = 0;
   DevWeight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DevLayer> layers_;
