@@ -125,6 +125,7 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   if (!lm.file) fail("bench --backend cuda: {} is not a GGUF model", o.model);
   const double wbytes = decode_weight_bytes(*lm.file);
   std::printf("device: %s\n", lm.backend.detail.c_str());
+  if (auto note = lm.model->memory_note(); !note.empty()) std::printf("%s\n", note.c_str());
   std::printf("model: %s (%.2fB params, %.2f GB read per decoded token from weights)\n", o.model.c_str(),
               double(info.n_params) / 1e9, wbytes / 1e9);
   std::printf("copy bandwidth: %.0f GB/s (bytes read + written)\n", bw / 1e9);

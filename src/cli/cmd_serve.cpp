@@ -61,6 +61,7 @@ Runner add_serve(CLI::App& app) {
     log::info("backend {}: {}", m.backend.name, m.backend.detail);
     if (chunk->count() == 0) o->s.engine.chunk = default_chunk(m.backend.name, o->s.engine.chunk);
     log::info("prompt chunk: {} tokens a sequence per round", o->s.engine.chunk);
+    if (auto note = m.model->memory_note(); !note.empty()) log::info("{}", note);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);
     check_context(m, o->s.engine.context);

@@ -76,6 +76,8 @@ class Model {
   // Device backends: the last forward's device time (stream events), and CUDA graphs on or off (benchmarks).
   virtual double last_device_ms() const { return 0; }
   virtual void set_graphs(bool) {}
+  // Device memory the backend keeps beyond weights and KV, in words (CUDA's prompt images), or "" for none.
+  virtual std::string memory_note() const { return {}; }
   virtual void forward_sample(const std::vector<BatchRow>& rows, const std::vector<RowSampling>& sampling,
                               std::vector<RowCandidates>& out);
   // The full logits of logits row `k` of the last forward_sample, for draws the candidates cannot decide.

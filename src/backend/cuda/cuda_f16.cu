@@ -32,8 +32,7 @@ bool kernel_ready() {
 
 template <int kType>
 bool type_ready() {
-  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>() && kernel_ready<kType, 128, true>() &&
-         kernel_ready<kType, 256, true>();
+  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>() && kernel_ready<kType, 128, true>();
 }
 
 // What f16_stage left in the scratch: staged products must match it, or they would read another x's image.
@@ -63,18 +62,18 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   uint8_t* base = staged ? mma_scratch_base() : stage<kN>(w, x, n_rows, ctl);
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
-  if (w.f16w)
-    launch_k(f16_wgmma_kernel<kType, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
-  else
-    launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
+  if constexpr (kN == 128)
+    if (w.f16w) return launch_k(f16_wgmma_kernel<kType, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
+  launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
 }
 
 template <int kType>
 void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
                  bool staged) {
   // 256 rows a block halve the decode work where the grid still fills the device twice; staged images hold 128.
+  // Image blocks keep 128 rows: two share an SM, so one's barrier waits hide behind the other's wgmma.
   const int64_t col_blocks = ((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps;
-  if (!staged && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
+  if (!staged && !w.f16w && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
     launch<kType, 256>(w, x, n_rows, y, residual, ctl, false);
   else
     launch<kType, 128>(w, x, n_rows, y, residual, ctl, staged);

@@ -37,7 +37,11 @@ constexpr int kF16ImageUnit = 128 * 64 * 2;  // a prompt image's 128 outputs x 6
 __host__ __device__ constexpr int f16_stage_bytes(int n, bool image) {
   return f16_unit_bytes(n) + (image ? kF16ImageUnit : 0);
 }
-constexpr int f16_smem_bytes(int n, bool image) { return kF16Stages * f16_stage_bytes(n, image) + 8 * kF16Stages; }
+// Image blocks (128 rows) keep three stages, so that two blocks share an SM.
+__host__ __device__ constexpr int f16_stages(int n, bool image) { return image ? 3 : kF16Stages; }
+constexpr int f16_smem_bytes(int n, bool image) {
+  return f16_stages(n, image) * f16_stage_bytes(n, image) + 8 * f16_stages(n, image);
+}
 
 __device__ __forceinline__ uint32_t f16_bits2(__half h) {
   const __half2 v = __halves2half2(h, h);
@@ -212,6 +216,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using F = F16W<kType>;
   constexpr int kUnitB = f16_unit_bytes(kN), kStageB = f16_stage_bytes(kN, kImage), kStepB = kN * 32, kAhead = 2;
+  constexpr int kStages = f16_stages(kN, kImage);
   extern __shared__ __align__(128) uint8_t sm[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
   const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share a weight tile run together
   const int64_t last = (w.n_out + 15) / 16 - 1, tile = int64_t(blockIdx.y) * kF16Warps + warp;
   const int64_t tm = tile < last ? tile : last;
-  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kF16Stages * kStageB);
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kStages * kStageB);
   const uint8_t* xb = A.xw + rb * w.units * kUnitB;
   const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
   auto copy = [&](uint32_t to, const uint8_t* from, uint32_t n, uint32_t bar) {
@@ -228,15 +233,15 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
                  : "memory");
   };
   auto fetch = [&](int64_t u) {
-    const uint32_t st = uint32_t(u % kF16Stages), bar = bar0 + 8 * st;
+    const uint32_t st = uint32_t(u % kStages), bar = bar0 + 8 * st;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kStageB) : "memory");
     copy(base + st * kStageB, xb + u * kUnitB, kUnitB, bar);
     if constexpr (kImage) copy(base + st * kStageB + kUnitB, wb + u * kF16ImageUnit, kF16ImageUnit, bar);
   };
   if (tid == 0) {
-    for (int s = 0; s < kF16Stages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+    for (int s = 0; s < kStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    for (int64_t u = 0; u < kF16Stages && u < w.units; ++u) fetch(u);
+    for (int64_t u = 0; u < kStages && u < w.units; ++u) fetch(u);
   }
   __syncthreads();
   [[maybe_unused]] const float wsc = ldexpf(1.0f, w.f16_exp);
@@ -281,12 +286,12 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
         if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
         F::frags(meta, uu, cur, wsc, a[uu & 1]);
       }
-      const uint32_t stage = uint32_t(u % kF16Stages), bar = bar0 + 8 * stage;
+      const uint32_t stage = uint32_t(u % kStages), bar = bar0 + 8 * stage;
       asm volatile(
           "{\n.reg .pred done;\nwait_%=:\n"
           "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
           "@!done bra wait_%=;\n}\n" ::"r"(bar),
-          "r"(uint32_t((u / kF16Stages) & 1))
+          "r"(uint32_t((u / kStages) & 1))
           : "memory");
       const uint32_t lo = ((base + stage * kStageB) >> 4) | uint32_t(lbo_sbo);
       const uint32_t a_lo = ((base + stage * kStageB + kUnitB + (warp >> 2) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
@@ -304,9 +309,9 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       __syncthreads();  // every warp's wgmma of slice u - 1 is done: its stage can be refilled
-      if (tid == 0 && u >= 1 && u - 1 + kF16Stages < w.units) {
+      if (tid == 0 && u >= 1 && u - 1 + kStages < w.units) {
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        fetch(u - 1 + kF16Stages);
+        fetch(u - 1 + kStages);
       }
     }
   }

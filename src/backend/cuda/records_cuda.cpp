@@ -61,8 +61,8 @@ std::vector<KernelRecord> make_records() {
         {std::string("prompt_image.") + f,
          "cuda",
          {f},
-         "as prompt." + std::string(f) + ", the weights read from their prompt image (fp16 fragments decoded once by "
-         "f16_image_kernel, 2 KiB a 16-row tile and 64 columns)",
+         "as prompt." + std::string(f) + " in blocks of 128 rows, the weights read from their prompt image (fp16 "
+         "values decoded once by f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory)",
          "the prompt." + std::string(f) + " cases with every product on the image; each equal bit for bit to the "
          "decoding product; a canary after the image",
          "bit-equal to prompt." + std::string(f) + " (the same fragments, the same wgmma chain), so its bound",

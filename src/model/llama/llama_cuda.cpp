@@ -222,6 +222,15 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
   build_prompt_images();
 }
 
+std::string LlamaCudaModel::memory_note() const {
+  if (images_) return fmt::format("prompt images: {:.2f} GiB of fp16 weights for prompt products", image_gib());
+  if (image_skip_ > 0)
+    return fmt::format("prompt images: none (they would take {:.2f} GiB, more than a quarter of free memory; "
+                       "TF_CUDA_PROMPT_IMAGE=1 keeps them)",
+                       double(image_skip_) / double(1ull << 30));
+  return {};
+}
+
 void LlamaCudaModel::build_prompt_images() {
   std::vector<DevWeight*> ms;
   size_t total = 0;
@@ -232,7 +241,10 @@ void LlamaCudaModel::build_prompt_images() {
   if (total == 0 || mode == 0) return;
   const cuda::DeviceInfo dev = cuda::device_info(0);
   // Unasked, the images take at most a quarter of what is free, so the KV pool keeps the rest.
-  if (mode < 0 && total > dev.free_bytes / 4) return;
+  if (mode < 0 && total > dev.free_bytes / 4) {
+    image_skip_ = total;
+    return;
+  }
   if (total + (size_t(1) << 28) > dev.free_bytes)
     fail("{}: TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
          file_->path(), double(total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));

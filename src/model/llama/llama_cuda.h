@@ -34,6 +34,7 @@ class LlamaCudaModel : public Model {
                       std::vector<RowCandidates>& out) override;
   // Per-call switches and timings for the benchmark: graphs on or off, and the last call's device milliseconds.
   void set_graphs(bool on) override { graphs_on_ = on; }
+  std::string memory_note() const override;
   double last_device_ms() const override { return last_device_ms_; }
   void last_logits_row(int64_t k, float* out) override;
   bool prompt_arithmetic_differs() const override { return prompt_f16_; }
@@ -69,6 +70,8 @@ class LlamaCudaModel : public Model {
   void* weights_ = nullptr;  // one device allocation holding every tensor
   void* images_ = nullptr;   // the prompt images of every layer matrix that has one, or none
   size_t image_bytes_ = 0;
+  size_t image_skip_ = 0;  // the bytes of images left out for memory
+  double image_gib() const { return double(image_bytes_) / double(1ull << 30); }
   DevWeight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DevLayer> layers_;
