@@ -22,8 +22,9 @@ bool kernel_ready() {
       cudaGetLastError();
       return false;
     }
-    const bool ok = cudaFuncSetAttribute(f16_wgmma_kernel<kType, kN, kImage>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, f16_smem_bytes(kN, kImage)) == cudaSuccess;
+    const bool ok =
+        cudaFuncSetAttribute(f16_wgmma_kernel<kType, kN, kImage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             f16_smem_bytes(kN, kImage)) == cudaSuccess;
     cudaGetLastError();
     return ok;
   }();
@@ -32,7 +33,7 @@ bool kernel_ready() {
 
 template <int kType>
 bool type_ready() {
-  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>() && kernel_ready<kType, 128, true>();
+  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>();
 }
 
 // What f16_stage left in the scratch: staged products must match it, or they would read another x's image.
@@ -70,8 +71,7 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
 template <int kType>
 void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
                  bool staged) {
-  // 256 rows a block halve the decode work where the grid still fills the device twice; staged images hold 128.
-  // Image blocks keep 128 rows: two share an SM, so one's barrier waits hide behind the other's wgmma.
+  // 256 rows halve the decode where the grid fills the device twice; staged x and images take 128 (two blocks a SM).
   const int64_t col_blocks = ((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps;
   if (!staged && !w.f16w && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
     launch<kType, 256>(w, x, n_rows, y, residual, ctl, false);
@@ -87,7 +87,8 @@ bool f16_enabled() {
 }
 
 int f16_image_mode() {
-  static const int m = env_switch("TF_CUDA_PROMPT_IMAGE", 2, "0 never keeps prompt images, 1 always; unset: where they fit");
+  static const int m =
+      env_switch("TF_CUDA_PROMPT_IMAGE", 2, "0 never keeps prompt images, 1 always; unset: where they fit");
   return m;
 }
 
@@ -104,11 +105,13 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
 }
 
 size_t f16_image_size(const DeviceMatrix& w) {
-  return f16_takes(w) ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
+  const bool ready = w.type == GgmlType::Q4_K ? kernel_ready<int(GgmlType::Q4_K), 128, true>()
+                                              : kernel_ready<int(GgmlType::Q6_K), 128, true>();
+  return f16_takes(w) && ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
 }
 
 void f16_image(DeviceMatrix& w, void* dst, int ctl) {
-  if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
+  if (f16_image_size(w) == 0) throw std::logic_error("CUDA prompt products: this matrix has no prompt image here");
   const dim3 grid(unsigned((w.units + 3) / 4), unsigned((w.n_out + 127) / 128 * 8));
   w.f16w = nullptr;
   if (w.type == GgmlType::Q4_K)

@@ -66,7 +66,7 @@ void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y
 void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
 // Bytes of w's prompt image: its fp16 weights as the prompt kernel decodes them, read instead (same bits, no decode).
 size_t prompt_image_bytes(const DeviceMatrix& w);  // 0 where gemv_prompt does not take w
-// TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) where the images fit beside what the model needs.
+// TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) in a quarter of free memory, given back when the engine asks.
 int prompt_image_mode();
 // Decodes w into dst (device, prompt_image_bytes long) and points w.f16w at it.
 void prompt_image_build(DeviceMatrix& w, void* dst);

@@ -132,7 +132,7 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   __shared__ float red[32];
   const bool live = r < n_rows;
   // Eight columns from c8 * 8, or what a planted fault reads instead.
-  auto at8 = [&](int64_t c8, float (&v)[8]) {
+  auto at8 = [&](int64_t c8, float(&v)[8]) {
     const int64_t src = TF_FCTL(132) && r > 0 && c8 < 2 ? r - 1 : r;  // planted: the neighbour row's x
     const float4* p = reinterpret_cast<const float4*>(x + src * n_in + 8 * c8);
     const float4 a = p[0], b = p[1];
@@ -169,16 +169,15 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
       at8(c8, v);
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        h[k] = f16_u(__floats2half2_rn(__fmul_rn(__fmul_rn(v[2 * k], s1), s2),
-                                       __fmul_rn(__fmul_rn(v[2 * k + 1], s1), s2)));
+        h[k] = f16_u(
+            __floats2half2_rn(__fmul_rn(__fmul_rn(v[2 * k], s1), s2), __fmul_rn(__fmul_rn(v[2 * k + 1], s1), s2)));
     }
     *reinterpret_cast<uint4*>(xw + ((rb * (n_in / 16) + c8 / 2) * 2 + (c8 & 1)) * kN * 16 + n * 16) =
         make_uint4(h[0], h[1], h[2], h[3]);
   }
 }
 
-// Prompt image: [128-output block][unit][step][8-column half][output][8 halves], the fp16 weights the decoding
-// kernel builds in registers, laid out as x's image so that wgmma reads them from shared memory.
+// Prompt image: [128-output block][unit][step][8-column half][output][8 halves], as x's image, so wgmma reads it.
 __host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t units) {
   return (n_out + 127) / 128 * units * kF16ImageUnit;
 }
@@ -186,6 +185,7 @@ __host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t uni
 // A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel.
 template <int kType>
 __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int ctl) {
+  grid_wait();
   using F = F16W<kType>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile = blockIdx.y, u = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5), last = (w.n_out + 15) / 16 - 1;
@@ -208,10 +208,9 @@ __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int 
       *reinterpret_cast<uint32_t*>(dst + ((st * 2 + (i >> 1)) * 128 + 8 * (i & 1)) * 16) = a[st][i];
 }
 
-// Two warpgroups over 128 outputs x kN rows; x's units arrive by bulk copy. Weights: each thread loads its quantised
-// ones 2 units ahead and decodes them (kImage false), or the prompt image's units arrive beside x's (the same values).
+// Two warpgroups over 128 outputs x kN rows, x by bulk copy; weights decoded 2 units ahead, or their image beside x.
 template <int kType, int kN, bool kImage>
-__global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A) {
+__global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kernel(F16Args A) {
   grid_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using F = F16W<kType>;
@@ -262,7 +261,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A)
   }
   // LBO: a step's second 8 columns are kN rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
   const uint64_t lbo_sbo = (uint64_t((kN * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-  // The image's A: 128 outputs a half, this warpgroup's 64 from output 64 (warp >> 2).
+  // The image's A: a half is 128 outputs on, and each warpgroup reads its own 64 of them.
   const uint64_t a_lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
   float c[kN / 2];
 #pragma unroll

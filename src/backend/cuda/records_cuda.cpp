@@ -57,19 +57,20 @@ std::vector<KernelRecord> make_records() {
           {133, "a step's terms lost"},
           {134, "a write past the end"}}});
   for (const char* f : {"q4_k", "q6_k"})
-    r.push_back(
-        {std::string("prompt_image.") + f,
-         "cuda",
-         {f},
-         "as prompt." + std::string(f) + " in blocks of 128 rows, the weights read from their prompt image (fp16 "
-         "values decoded once by f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory)",
-         "the prompt." + std::string(f) + " cases with every product on the image; each equal bit for bit to the "
-         "decoding product; a canary after the image",
-         "bit-equal to prompt." + std::string(f) + " (the same fragments, the same wgmma chain), so its bound",
-         {{131, "non-finite activation read as 0"},
-          {133, "a step's terms lost"},
-          {134, "a write past the end"},
-          {135, "a unit's fragments built from the neighbour tile"}}});
+    r.push_back({std::string("prompt_image.") + f,
+                 "cuda",
+                 {f},
+                 "as prompt." + std::string(f) +
+                     " in blocks of 128 rows, the weights read from their prompt image (fp16 values decoded once by "
+                     "f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory)",
+                 "the prompt." + std::string(f) +
+                     " cases with every product on the image; each equal bit for bit to the decoding product; a "
+                     "canary after the image",
+                 "bit-equal to prompt." + std::string(f) + " (the same fragments, the same wgmma chain), so its bound",
+                 {{131, "non-finite activation read as 0"},
+                  {133, "a step's terms lost"},
+                  {134, "a write past the end"},
+                  {135, "a unit's fragments built from the neighbour tile"}}});
   r.push_back({"rmsnorm",
                "cuda",
                {"f32"},

@@ -223,33 +223,41 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
 }
 
 std::string LlamaCudaModel::memory_note() const {
-  if (images_) return fmt::format("prompt images: {:.2f} GiB of fp16 weights for prompt products", image_gib());
-  if (image_skip_ > 0)
-    return fmt::format("prompt images: none (they would take {:.2f} GiB, more than a quarter of free memory; "
-                       "TF_CUDA_PROMPT_IMAGE=1 keeps them)",
-                       double(image_skip_) / double(1ull << 30));
-  return {};
+  const double gib = double(image_want_) / double(1ull << 30);
+  if (images_) return fmt::format("prompt images: {:.2f} GiB of fp16 weights for prompt products", gib);
+  if (image_why_.empty()) return {};
+  return fmt::format("prompt images: none ({:.2f} GiB): {}", gib, image_why_);
 }
 
 void LlamaCudaModel::build_prompt_images() {
   std::vector<DevWeight*> ms;
-  size_t total = 0;
   for (auto& L : layers_)
     for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-      if (m->q && cuda::prompt_image_bytes(*m) > 0) ms.push_back(m), total += align_up(cuda::prompt_image_bytes(*m));
+      if (m->q && cuda::prompt_image_bytes(*m) > 0)
+        ms.push_back(m), image_want_ += align_up(cuda::prompt_image_bytes(*m));
   const int mode = cuda::prompt_image_mode();
-  if (total == 0 || mode == 0) return;
-  const cuda::DeviceInfo dev = cuda::device_info(0);
-  // Unasked, the images take at most a quarter of what is free, so the KV pool keeps the rest.
-  if (mode < 0 && total > dev.free_bytes / 4) {
-    image_skip_ = total;
+  if (image_want_ == 0) return;
+  if (mode == 0) {
+    image_why_ = "TF_CUDA_PROMPT_IMAGE=0";
     return;
   }
-  if (total + (size_t(1) << 28) > dev.free_bytes)
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  const double want = double(image_want_) / double(1ull << 30), free = double(dev.free_bytes) / double(1ull << 30);
+  // Unasked, they take at most a quarter of what is free, and are given back first when the KV pool or scratch ask.
+  if (mode < 0 && image_want_ > dev.free_bytes / 4) {
+    image_why_ = fmt::format("more than a quarter of the {:.2f} GiB free; TF_CUDA_PROMPT_IMAGE=1 keeps them", free);
+    return;
+  }
+  if (image_want_ + (size_t(1) << 28) > dev.free_bytes)
     fail("{}: TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
-         file_->path(), double(total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
-  images_ = cuda::device_alloc(total);
-  image_bytes_ = total;
+         file_->path(), want, dev.name, free);
+  try {
+    images_ = cuda::device_alloc(image_want_);
+  } catch (const std::exception& e) {
+    if (mode == 1) throw;
+    image_why_ = fmt::format("their allocation failed ({})", e.what());
+    return;
+  }
   auto* at = static_cast<uint8_t*>(images_);
   for (DevWeight* m : ms) {
     const size_t n = cuda::prompt_image_bytes(*m);
@@ -257,6 +265,23 @@ void LlamaCudaModel::build_prompt_images() {
     at += align_up(n);
   }
   cuda::synchronize();
+}
+
+std::string LlamaCudaModel::image_hint() const {
+  if (!images_) return {};
+  return fmt::format(", or TF_CUDA_PROMPT_IMAGE=0 (prompt images hold {:.2f} GiB)",
+                     double(image_want_) / double(1ull << 30));
+}
+
+bool LlamaCudaModel::drop_prompt_images(const char* for_what) {
+  if (!images_ || cuda::prompt_image_mode() == 1) return false;
+  cuda::stream_sync();
+  for (auto& L : layers_)
+    for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->f16w = nullptr;
+  cuda::device_free(images_);
+  images_ = nullptr;
+  image_why_ = fmt::format("given back for {}", for_what);
+  return true;
 }
 
 void LlamaCudaModel::drop_graphs() {
@@ -309,12 +334,14 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
                                : 0;
   cuda::DeviceInfo dev = cuda::device_info(0);
   dev.free_bytes += (kv_ ? old : 0) + att_part_bytes_;  // the old pool and partials go first
+  if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes && drop_prompt_images("the KV pool"))
+    dev.free_bytes = cuda::device_info(0).free_bytes + (kv_ ? old : 0) + att_part_bytes_;
   if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes)
     fail(
         "the KV pool ({} pages of {} tokens) and its attention partials need {:.2f} GiB of device memory but {:.2f} "
-        "GiB is free; lower --parallel, --context or --prompt-cache-gib",
-        n_pages, page_size, double(bytes + att_bytes) / double(1ull << 30),
-        double(dev.free_bytes) / double(1ull << 30));
+        "GiB is free; lower --parallel, --context or --prompt-cache-gib{}",
+        n_pages, page_size, double(bytes + att_bytes) / double(1ull << 30), double(dev.free_bytes) / double(1ull << 30),
+        image_hint());
   drop_graphs();  // graphs hold the old pool's address
   if (kv_) cuda::device_free(kv_);
   kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
@@ -345,9 +372,10 @@ void LlamaCudaModel::reserve_rounds(int64_t max_rows, int64_t max_logit_rows, in
   try {
     ensure_capacity(max_rows, logit_rows, max_rows * cuda_table_width(pages, page_size_));
   } catch (const std::exception& e) {
-    fail("rounds of up to {} rows ({} with logits) need device scratch beside the KV pool that could not be had ({}); "
-         "lower --parallel, --chunk, --context or --prompt-cache-gib",
-         max_rows, logit_rows, e.what());
+    fail(
+        "rounds of up to {} rows ({} with logits) need device scratch beside the KV pool that could not be had ({}); "
+        "lower --parallel, --chunk, --context or --prompt-cache-gib{}",
+        max_rows, logit_rows, e.what(), image_hint());
   }
 }
 
@@ -384,15 +412,19 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64
                          align_up(size_t(R) * sizeof(cuda::SampleRow));
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
   void *scratch = nullptr, *dev = nullptr, *host = nullptr;
-  try {
-    cuda::reserve_gemv_scratch(product_scratch(R));  // before committing, so no graph capture ever needs to grow it
-    scratch = cuda::device_alloc(total);
-    dev = cuda::device_alloc(staging);
-    host = cuda::host_alloc_pinned(staging);
-  } catch (...) {
-    if (scratch) cuda::device_free(scratch);
-    if (dev) cuda::device_free(dev);
-    throw;
+  for (bool retry = true;; retry = false) {
+    try {
+      cuda::reserve_gemv_scratch(product_scratch(R));  // before committing, so no graph capture ever needs to grow it
+      scratch = cuda::device_alloc(total);
+      dev = cuda::device_alloc(staging);
+      host = cuda::host_alloc_pinned(staging);
+      break;
+    } catch (...) {
+      if (scratch) cuda::device_free(scratch);
+      if (dev) cuda::device_free(dev);
+      scratch = dev = nullptr;
+      if (!retry || !drop_prompt_images("the round scratch")) throw;
+    }
   }
   if (scratch_) cuda::device_free(scratch_);
   if (staging_dev_) cuda::device_free(staging_dev_);

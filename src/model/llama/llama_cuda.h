@@ -51,6 +51,8 @@ class LlamaCudaModel : public Model {
   void ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints);
   void drop_graphs();
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
+  bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
+  std::string image_hint() const;  // for a refusal: the images' size where TF_CUDA_PROMPT_IMAGE=1 keeps them
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
   int64_t stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling, int64_t& n_logits,
@@ -69,9 +71,8 @@ class LlamaCudaModel : public Model {
   std::vector<float> rope_freqs_;
   void* weights_ = nullptr;  // one device allocation holding every tensor
   void* images_ = nullptr;   // the prompt images of every layer matrix that has one, or none
-  size_t image_bytes_ = 0;
-  size_t image_skip_ = 0;  // the bytes of images left out for memory
-  double image_gib() const { return double(image_bytes_) / double(1ull << 30); }
+  size_t image_want_ = 0;    // what the images take (or would)
+  std::string image_why_;    // why there are none
   DevWeight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DevLayer> layers_;
@@ -96,8 +97,8 @@ class LlamaCudaModel : public Model {
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;
-  bool prompt_f16_ = false;          // some product takes gemv_prompt for prompt rows
-  std::vector<int64_t> logit_slot_;  // the device row of each logits row of the last round
+  bool prompt_f16_ = false;                                     // some product takes gemv_prompt for prompt rows
+  std::vector<int64_t> logit_slot_;                             // the device row of each logits row of the last round
   std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // decode rounds: (rows, table width, sampling)
   uint64_t graphs_generation_ = 0;                              // the product scratch the graphs captured
   std::vector<char> cand_host_;
