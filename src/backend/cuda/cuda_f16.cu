@@ -105,9 +105,10 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
 }
 
 size_t f16_image_size(const DeviceMatrix& w) {
+  if (!f16_takes(w)) return 0;
   const bool ready = w.type == GgmlType::Q4_K ? kernel_ready<int(GgmlType::Q4_K), 128, true>()
                                               : kernel_ready<int(GgmlType::Q6_K), 128, true>();
-  return f16_takes(w) && ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
+  return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
 }
 
 void f16_image(DeviceMatrix& w, void* dst, int ctl) {
