@@ -1,4 +1,4 @@
-// Prompt rows on Hopper (fp16 prompt products): chunk-invariant, not decode's bits, mixed rounds equal solo rows.
+// Prompt rows on Hopper (fp16 prompt products, their images): chunk-invariant, not decode's bits, mixed rounds equal solo rows.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "../unit/gguf_builder.h"
 #include "backend/cuda/cuda_gemv.h"
@@ -140,6 +141,28 @@ TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
     m.last_logits_row(int64_t(r), alone.data());
     EXPECT_EQ(std::memcmp(alone.data(), row, kV * 4), 0) << "last_logits_row " << r;
   }
+}
+
+TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
+  LlamaCudaModel m(std::make_shared<GgufFile>(write_model()));
+  EXPECT_NE(m.memory_note().find("GiB of fp16 weights for prompt products"), std::string::npos) << m.memory_note();
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 53 + 7) % kV);
+  const std::vector<float> with = feed(m, ids, 40, true);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  const int64_t page_bytes = 16 * m.kv_floats_per_token() * 4;
+  try {  // twice the free memory: the images go first, then the pool is refused anyway
+    m.bind_kv(int64_t(free) / page_bytes * 2, 16);
+    FAIL() << "a KV pool of twice the free memory was bound";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("the KV pool"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(m.memory_note().find("given back for the KV pool"), std::string::npos) << m.memory_note();
+  const std::vector<float> without = feed(m, ids, 40, true);
+  EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0) << "the images changed prompt logits";
 }
 
 }  // namespace
