@@ -1,4 +1,4 @@
-// Prompt rows on Hopper (fp16 prompt products, their images): chunk-invariant, not decode's bits, mixed rounds equal solo rows.
+// Hopper prompt rows, images or not: chunk-invariant, not decode's bits, mixed rounds equal solo rows.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
