@@ -125,7 +125,8 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   if (!lm.file) fail("bench --backend cuda: {} is not a GGUF model", o.model);
   const double wbytes = decode_weight_bytes(*lm.file);
   std::printf("device: %s\n", lm.backend.detail.c_str());
-  if (auto note = lm.model->memory_note(); !note.empty()) std::printf("%s\n", note.c_str());
+  const std::string note = m.memory_note();  // as the prefill runs find it; a later KV pool may take it back
+  if (!note.empty()) std::printf("%s\n", note.c_str());
   std::printf("model: %s (%.2fB params, %.2f GB read per decoded token from weights)\n", o.model.c_str(),
               double(info.n_params) / 1e9, wbytes / 1e9);
   std::printf("copy bandwidth: %.0f GB/s (bytes read + written)\n", bw / 1e9);
@@ -154,6 +155,7 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   for (int s : o.streams)
     std::printf("streams %-4d %10.1f tok/s aggregate (engine rounds, %lld tokens each)\n", s, streams_run(lm, s, o.tg),
                 (long long)o.tg);
+  if (m.memory_note() != note) std::printf("after the runs: %s\n", m.memory_note().c_str());
   return 0;
 }
 

@@ -61,12 +61,12 @@ Runner add_serve(CLI::App& app) {
     log::info("backend {}: {}", m.backend.name, m.backend.detail);
     if (chunk->count() == 0) o->s.engine.chunk = default_chunk(m.backend.name, o->s.engine.chunk);
     log::info("prompt chunk: {} tokens a sequence per round", o->s.engine.chunk);
-    if (auto note = m.model->memory_note(); !note.empty()) log::info("{}", note);
     if (o->s.name.empty()) o->s.name = std::filesystem::path(o->model).stem().string();
     o->s.engine.context = std::min(o->s.engine.context, m.model->info().n_ctx_train);
     check_context(m, o->s.engine.context);
     if (!o->key_file.empty()) o->s.key_hashes = server::load_api_keys(o->key_file);
     server::HttpServer srv(m, o->s);
+    if (auto note = m.model->memory_note(); !note.empty()) log::info("{}", note);  // after the KV pool took its share
     g_server = &srv;
     std::signal(SIGINT, [](int) {
       if (g_server) g_server->stop();

@@ -11,6 +11,7 @@
 #include "../unit/gguf_builder.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
+#include "base/error.h"
 #include "base/scalar.h"
 #include "engine/direct.h"
 #include "engine/kv_cache.h"
@@ -147,19 +148,22 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
   if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
   LlamaCudaModel m(std::make_shared<GgufFile>(write_model()));
+  const size_t img = m.prompt_image_bytes();
+  ASSERT_GT(img, size_t(1) << 20) << m.memory_note();
   EXPECT_NE(m.memory_note().find("GiB of fp16 weights for prompt products"), std::string::npos) << m.memory_note();
   std::vector<int32_t> ids(40);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 53 + 7) % kV);
-  const std::vector<float> with = feed(m, ids, 40, true);
+  const std::vector<float> with = feed(m, ids, 40, true);  // leaves a pool of 2 pages of 32 tokens bound
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
-  const int64_t page_bytes = 16 * m.kv_floats_per_token() * 4;
-  try {  // twice the free memory: the images go first, then the pool is refused anyway
-    m.bind_kv(int64_t(free) / page_bytes * 2, 16);
-    FAIL() << "a KV pool of twice the free memory was bound";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("the KV pool"), std::string::npos) << e.what();
-  }
+  const size_t avail = free + m.kv_pool_bytes(2, 32), margin = size_t(1) << 28;
+  const int64_t big = 1 << 20, page = 16 * m.kv_floats_per_token() * 4;
+  const size_t fixed = m.kv_pool_bytes(big, 16) - size_t(big * page);  // the partials, the same for any large pool
+  EXPECT_THROW(m.bind_kv(int64_t(2 * avail) / page, 16), Error) << "a pool twice the free memory was bound";
+  EXPECT_EQ(m.prompt_image_bytes(), img) << "images were given back for a pool they could not make fit";
+  // A pool that fits only without them: the images go, the pool is bound.
+  m.bind_kv(int64_t(avail + img / 2 - margin - fixed) / page, 16);
+  EXPECT_EQ(m.prompt_image_bytes(), 0u);
   EXPECT_NE(m.memory_note().find("given back for the KV pool"), std::string::npos) << m.memory_note();
   const std::vector<float> without = feed(m, ids, 40, true);
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0) << "the images changed prompt logits";

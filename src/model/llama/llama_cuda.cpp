@@ -248,9 +248,14 @@ void LlamaCudaModel::build_prompt_images() {
     image_why_ = fmt::format("more than a quarter of the {:.2f} GiB free; TF_CUDA_PROMPT_IMAGE=1 keeps them", free);
     return;
   }
-  if (image_want_ + (size_t(1) << 28) > dev.free_bytes)
+  if (image_want_ + (size_t(1) << 28) > dev.free_bytes) {
+    if (mode < 0) {
+      image_why_ = fmt::format("only {:.2f} GiB free", free);
+      return;
+    }
     fail("{}: TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
          file_->path(), want, dev.name, free);
+  }
   try {
     images_ = cuda::device_alloc(image_want_);
   } catch (const std::exception& e) {
@@ -319,6 +324,19 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
   return need;
 }
 
+size_t LlamaCudaModel::att_part_bytes(int64_t n_pages, int64_t page_size) const {
+  const auto& c = cfg_;
+  // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).
+  const int64_t keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
+  return cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
+             ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, keys)
+             : 0;
+}
+
+size_t LlamaCudaModel::kv_pool_bytes(int64_t n_pages, int64_t page_size) const {
+  return size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float) + att_part_bytes(n_pages, page_size);
+}
+
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   const auto& c = cfg_;
   if (cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv) && page_size % 16 != 0)
@@ -327,15 +345,14 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   cuda::reserve_gemv_scratch(product_scratch(cuda::gemv_split_rows()));
   const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
   const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
-  // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).
   const int64_t att_keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
-  const size_t att_bytes = cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
-                               ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, att_keys)
-                               : 0;
+  const size_t att_bytes = att_part_bytes(n_pages, page_size);
   cuda::DeviceInfo dev = cuda::device_info(0);
   dev.free_bytes += (kv_ ? old : 0) + att_part_bytes_;  // the old pool and partials go first
-  if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes && drop_prompt_images("the KV pool"))
-    dev.free_bytes = cuda::device_info(0).free_bytes + (kv_ ? old : 0) + att_part_bytes_;
+  const size_t need = bytes + att_bytes + (size_t(1) << 28);
+  if (need > dev.free_bytes && need <= dev.free_bytes + (images_ ? image_want_ : 0) &&
+      drop_prompt_images("the KV pool"))
+    dev.free_bytes += image_want_;
   if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes)
     fail(
         "the KV pool ({} pages of {} tokens) and its attention partials need {:.2f} GiB of device memory but {:.2f} "
@@ -347,11 +364,19 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
   if (att_part_) cuda::device_free(att_part_);
   att_part_ = nullptr, att_part_bytes_ = 0, att_keys_ = 0;
+  auto alloc = [&](size_t n) {  // what the check allowed may still fail (fragmentation): images go first then too
+    try {
+      return cuda::device_alloc(n);
+    } catch (const std::exception&) {
+      if (!drop_prompt_images("the KV pool")) throw;
+      return cuda::device_alloc(n);
+    }
+  };
   if (att_bytes) {
-    att_part_ = static_cast<float*>(cuda::device_alloc(att_bytes));
+    att_part_ = static_cast<float*>(alloc(att_bytes));
     att_part_bytes_ = att_bytes, att_keys_ = att_keys;
   }
-  kv_ = static_cast<float*>(cuda::device_alloc(bytes));
+  kv_ = static_cast<float*>(alloc(bytes));
   kv_pages_ = n_pages;
   page_size_ = page_size;
 }
@@ -413,17 +438,19 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
   void *scratch = nullptr, *dev = nullptr, *host = nullptr;
   for (bool retry = true;; retry = false) {
+    bool device = true;  // only device memory is worth the images
     try {
       cuda::reserve_gemv_scratch(product_scratch(R));  // before committing, so no graph capture ever needs to grow it
       scratch = cuda::device_alloc(total);
       dev = cuda::device_alloc(staging);
+      device = false;
       host = cuda::host_alloc_pinned(staging);
       break;
     } catch (...) {
       if (scratch) cuda::device_free(scratch);
       if (dev) cuda::device_free(dev);
       scratch = dev = nullptr;
-      if (!retry || !drop_prompt_images("the round scratch")) throw;
+      if (!retry || !device || !drop_prompt_images("the round scratch")) throw;
     }
   }
   if (scratch_) cuda::device_free(scratch_);

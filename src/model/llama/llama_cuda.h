@@ -35,6 +35,8 @@ class LlamaCudaModel : public Model {
   // Per-call switches and timings for the benchmark: graphs on or off, and the last call's device milliseconds.
   void set_graphs(bool on) override { graphs_on_ = on; }
   std::string memory_note() const override;
+  size_t prompt_image_bytes() const { return images_ ? image_want_ : 0; }  // held now
+  size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;        // what bind_kv allocates for that pool
   double last_device_ms() const override { return last_device_ms_; }
   void last_logits_row(int64_t k, float* out) override;
   bool prompt_arithmetic_differs() const override { return prompt_f16_; }
@@ -50,6 +52,7 @@ class LlamaCudaModel : public Model {
  private:
   void ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints);
   void drop_graphs();
+  size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
   std::string image_hint() const;  // for a refusal: the images' size where TF_CUDA_PROMPT_IMAGE=1 keeps them
