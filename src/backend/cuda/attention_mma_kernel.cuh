@@ -12,6 +12,7 @@
 #include "backend/cuda/mma_ops.cuh"
 #include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
+#include "backend/cuda/softmax_step.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -244,23 +245,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
               s[nt][e] = j < lm[e >> 1] ? __fmul_rn(s[nt][e], scale) : -INFINITY;
               bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
             }
-          float alpha[2];
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
-            bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
-            const float mn = fmaxf(mrun[hr], bmax[hr]);
-            alpha[hr] = mn == -INFINITY ? 1.0f : expf(mrun[hr] - mn);
-            mrun[hr] = mn;
-          }
-          float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              s[nt][e] = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]);
-              rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
-            }
+          float alpha[2], rs[2];
+          softmax_rescale<false>(bmax, mrun, alpha);
+          softmax_exp<false>(s, mrun, rs);
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
             rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
