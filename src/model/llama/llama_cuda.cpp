@@ -150,76 +150,81 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
     fail("{}: the weights need {:.2f} GiB of device memory but {} has {:.2f} GiB free", f.path(),
          double(plan.total) / double(1ull << 30), dev.name, double(dev.free_bytes) / double(1ull << 30));
   weights_ = cuda::device_alloc(plan.total);
-  auto* base = static_cast<uint8_t*>(weights_);
-  std::map<std::string, const Plan::Item*> by_name;
-  std::map<std::string, DevWeight> mats;
-  std::vector<float> tmp;
-  std::vector<uint8_t> rows;
-  for (const auto& it : plan.items) {
-    const GgufTensor* t0 = f.tensor(it.parts[0]);
-    if (it.matrix) {
-      const void* src = t0->data;
-      if (it.parts.size() > 1) {  // stacked rows: the parts' bytes one after another
-        rows.clear();
+  try {  // a refusal from here on gives the device memory back: a failed constructor runs no destructor
+    auto* base = static_cast<uint8_t*>(weights_);
+    std::map<std::string, const Plan::Item*> by_name;
+    std::map<std::string, DevWeight> mats;
+    std::vector<float> tmp;
+    std::vector<uint8_t> rows;
+    for (const auto& it : plan.items) {
+      const GgufTensor* t0 = f.tensor(it.parts[0]);
+      if (it.matrix) {
+        const void* src = t0->data;
+        if (it.parts.size() > 1) {  // stacked rows: the parts' bytes one after another
+          rows.clear();
+          for (auto& part : it.parts) {
+            const GgufTensor* t = f.tensor(part);
+            rows.insert(rows.end(), static_cast<const uint8_t*>(t->data),
+                        static_cast<const uint8_t*>(t->data) + t->nbytes);
+          }
+          src = rows.data();
+        }
+        mats[it.name] = cuda::upload_matrix(t0->type, src, it.n_in, it.n_out, base + it.offset, it.table);
+      } else {
+        tmp.clear();
         for (auto& part : it.parts) {
           const GgufTensor* t = f.tensor(part);
-          rows.insert(rows.end(), static_cast<const uint8_t*>(t->data),
-                      static_cast<const uint8_t*>(t->data) + t->nbytes);
+          const size_t at = tmp.size();
+          tmp.resize(at + size_t(t->n_elements()));
+          if (!quant::dequantize(t->type, t->data, tmp.data() + at, t->n_elements()))
+            fail("{}: tensor '{}' has format {} which cannot be decoded", f.path(), part, ggml_type_name(t->type));
         }
-        src = rows.data();
+        if (int64_t(tmp.size()) != it.n_in)
+          fail("{}: tensor '{}' has {} elements, expected {}", f.path(), it.name, tmp.size(), it.n_in);
+        cuda::copy_to_device(base + it.offset, tmp.data(), it.bytes);
       }
-      mats[it.name] = cuda::upload_matrix(t0->type, src, it.n_in, it.n_out, base + it.offset, it.table);
-    } else {
-      tmp.clear();
-      for (auto& part : it.parts) {
-        const GgufTensor* t = f.tensor(part);
-        const size_t at = tmp.size();
-        tmp.resize(at + size_t(t->n_elements()));
-        if (!quant::dequantize(t->type, t->data, tmp.data() + at, t->n_elements()))
-          fail("{}: tensor '{}' has format {} which cannot be decoded", f.path(), part, ggml_type_name(t->type));
+      by_name[it.name] = &it;
+    }
+    auto W = [&](const std::string& name) { return mats.at(name); };
+    auto V = [&](const std::string& name) -> const float* {
+      auto i = by_name.find(name);
+      return i == by_name.end() ? nullptr : reinterpret_cast<const float*>(base + i->second->offset);
+    };
+    tok_embd_ = W("token_embd.weight");
+    output_ = W("output.weight");
+    output_norm_ = V("output_norm.weight");
+    if (const GgufTensor* t = f.tensor("rope_freqs.weight")) {
+      rope_freqs_.resize(size_t(cfg_.n_rot / 2));
+      if (t->n_elements() != cfg_.n_rot / 2 || !quant::dequantize(t->type, t->data, rope_freqs_.data(), cfg_.n_rot / 2))
+        fail("{}: tensor 'rope_freqs.weight' has the wrong size or format", f.path());
+    }
+    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      DevLayer L;
+      if ((L.fused_qkv = mats.count(b + "attn_qkv") != 0)) {
+        L.wq = W(b + "attn_qkv");
+        L.bq = V(b + "attn_qkv.bias");
+      } else {
+        L.wq = W(b + "attn_q.weight"), L.wk = W(b + "attn_k.weight"), L.wv = W(b + "attn_v.weight");
+        L.bq = V(b + "attn_q.bias"), L.bk = V(b + "attn_k.bias"), L.bv = V(b + "attn_v.bias");
       }
-      if (int64_t(tmp.size()) != it.n_in)
-        fail("{}: tensor '{}' has {} elements, expected {}", f.path(), it.name, tmp.size(), it.n_in);
-      cuda::copy_to_device(base + it.offset, tmp.data(), it.bytes);
+      if ((L.fused_ffn = mats.count(b + "ffn_gate_up") != 0))
+        L.gate = W(b + "ffn_gate_up");
+      else
+        L.gate = W(b + "ffn_gate.weight"), L.up = W(b + "ffn_up.weight");
+      L.wo = W(b + "attn_output.weight"), L.down = W(b + "ffn_down.weight");
+      L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
+      L.bo = V(b + "attn_output.bias");
+      layers_.push_back(L);
+      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
     }
-    by_name[it.name] = &it;
+    prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(output_);
+    build_prompt_images();
+  } catch (...) {
+    release_device();
+    throw;
   }
-  auto W = [&](const std::string& name) { return mats.at(name); };
-  auto V = [&](const std::string& name) -> const float* {
-    auto i = by_name.find(name);
-    return i == by_name.end() ? nullptr : reinterpret_cast<const float*>(base + i->second->offset);
-  };
-  tok_embd_ = W("token_embd.weight");
-  output_ = W("output.weight");
-  output_norm_ = V("output_norm.weight");
-  if (const GgufTensor* t = f.tensor("rope_freqs.weight")) {
-    rope_freqs_.resize(size_t(cfg_.n_rot / 2));
-    if (t->n_elements() != cfg_.n_rot / 2 || !quant::dequantize(t->type, t->data, rope_freqs_.data(), cfg_.n_rot / 2))
-      fail("{}: tensor 'rope_freqs.weight' has the wrong size or format", f.path());
-  }
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    DevLayer L;
-    if ((L.fused_qkv = mats.count(b + "attn_qkv") != 0)) {
-      L.wq = W(b + "attn_qkv");
-      L.bq = V(b + "attn_qkv.bias");
-    } else {
-      L.wq = W(b + "attn_q.weight"), L.wk = W(b + "attn_k.weight"), L.wv = W(b + "attn_v.weight");
-      L.bq = V(b + "attn_q.bias"), L.bk = V(b + "attn_k.bias"), L.bv = V(b + "attn_v.bias");
-    }
-    if ((L.fused_ffn = mats.count(b + "ffn_gate_up") != 0))
-      L.gate = W(b + "ffn_gate_up");
-    else
-      L.gate = W(b + "ffn_gate.weight"), L.up = W(b + "ffn_up.weight");
-    L.wo = W(b + "attn_output.weight"), L.down = W(b + "ffn_down.weight");
-    L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
-    L.bo = V(b + "attn_output.bias");
-    layers_.push_back(L);
-    for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-      prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
-  }
-  prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(output_);
-  build_prompt_images();
 }
 
 std::string LlamaCudaModel::memory_note() const {
@@ -295,15 +300,22 @@ void LlamaCudaModel::drop_graphs() {
   graphs_.clear();
 }
 
-LlamaCudaModel::~LlamaCudaModel() {
+LlamaCudaModel::~LlamaCudaModel() { release_device(); }
+
+void LlamaCudaModel::release_device() noexcept {
   for (auto& [key, g] : graphs_) cuda::graph_destroy(g);
+  graphs_.clear();
   if (staging_host_) cuda::host_free_pinned(staging_host_);
+  staging_host_ = nullptr;
   for (void* p : {weights_, images_, static_cast<void*>(kv_), scratch_, staging_dev_, static_cast<void*>(att_part_)}) {
-    try {  // after a sticky device error every free fails; a destructor must not throw
+    try {  // after a sticky device error every free fails; this must not throw
       if (p) cuda::device_free(p);
     } catch (const std::exception&) {
     }
   }
+  weights_ = images_ = scratch_ = staging_dev_ = nullptr;
+  kv_ = nullptr;
+  att_part_ = nullptr;
 }
 
 int64_t LlamaCudaModel::partial_floats(DevWeight DevLayer::*m, int64_t rows) const {

@@ -55,6 +55,7 @@ class LlamaCudaModel : public Model {
   size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
+  void release_device() noexcept;  // graphs, pinned staging and device memory, for the destructor or a failed load
   std::string image_hint() const;  // for a refusal: the images' size where TF_CUDA_PROMPT_IMAGE=1 keeps them
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
