@@ -24,7 +24,7 @@ namespace {
 constexpr int64_t kE = 256, kH = 4, kKv = 2, kD = 64, kF = 512, kV = 1024, kL = 2;
 
 // Random valid blocks: Q4_K (type 12) with d and dmin small, Q6_K (14) with d small, F32 norms of one.
-std::string write_model() {
+std::string write_model(int64_t n_ff = kF, const char* name = "prompt_q4km.gguf") {
   struct T {
     std::string name;
     int64_t n_in, n_out;
@@ -40,9 +40,9 @@ std::string write_model() {
                                      {b + "attn_k.weight", kE, kKv * kD, 12},
                                      {b + "attn_v.weight", kE, kKv * kD, 14},
                                      {b + "attn_output.weight", kH * kD, kE, 12},
-                                     {b + "ffn_gate.weight", kE, kF, 12},
-                                     {b + "ffn_up.weight", kE, kF, 12},
-                                     {b + "ffn_down.weight", kF, kE, 14}})
+                                     {b + "ffn_gate.weight", kE, n_ff, 12},
+                                     {b + "ffn_up.weight", kE, n_ff, 12},
+                                     {b + "ffn_down.weight", n_ff, kE, 14}})
       ts.push_back(t);
   }
   auto bytes = [](const T& t) {
@@ -53,7 +53,7 @@ std::string write_model() {
   g.kv_string("general.architecture", "llama");
   g.kv_u32("llama.embedding_length", kE);
   g.kv_u32("llama.block_count", kL);
-  g.kv_u32("llama.feed_forward_length", kF);
+  g.kv_u32("llama.feed_forward_length", uint32_t(n_ff));
   g.kv_u32("llama.attention.head_count", kH);
   g.kv_u32("llama.attention.head_count_kv", kKv);
   g.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
@@ -89,7 +89,7 @@ std::string write_model() {
     }
     g.align();
   }
-  return g.write("prompt_q4km.gguf");
+  return g.write(name);
 }
 
 std::vector<float> feed(Model& m, const std::vector<int32_t>& ids, int64_t chunk, bool prompt) {
@@ -167,6 +167,76 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   EXPECT_NE(m.memory_note().find("given back for the KV pool"), std::string::npos) << m.memory_note();
   const std::vector<float> without = feed(m, ids, 40, true);
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0) << "the images changed prompt logits";
+}
+
+size_t free_now() {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return free;
+}
+
+TEST(CudaPromptRows, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannotFitIsRefusedWithNothingLost) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
+  struct Restore {
+    ~Restore() { cuda::set_prompt_image_mode(-1); }
+  } restore;
+  constexpr size_t kMiB = size_t(1) << 20;
+  auto file = std::make_shared<GgufFile>(write_model(25600, "prompt_images_76mib.gguf"));
+  cuda::set_prompt_image_mode(0);
+  { LlamaCudaModel warm(file); }  // the modules a load uses are loaded now, not inside a measurement
+  size_t weights = free_now(), img = 0;
+  {
+    LlamaCudaModel m(file);
+    weights -= free_now();  // what a load without images takes
+  }
+  cuda::set_prompt_image_mode(-1);
+  {
+    LlamaCudaModel m(file);
+    img = m.prompt_image_bytes();
+  }
+  // The cases need a quarter of 256 MiB below the images' size and a quarter of their size + 256 MiB above it.
+  ASSERT_GT(4 * img, 264 * kMiB);
+  ASSERT_LT(3 * img, 248 * kMiB);
+  // Loads with `after` bytes left free once the weights are in, the rest held here; returns the refusal, if any.
+  auto load = [&](size_t after, int mode, std::string& note, size_t& held) -> std::string {
+    cuda::set_prompt_image_mode(mode);
+    void* hog = nullptr;
+    const size_t f = free_now();
+    EXPECT_GT(f, weights + after);
+    EXPECT_EQ(cudaMalloc(&hog, f - weights - after), cudaSuccess);
+    const size_t before = free_now();
+    std::string why;
+    try {
+      LlamaCudaModel m(file);
+      note = m.memory_note(), held = m.prompt_image_bytes();
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    EXPECT_GE(free_now() + kMiB, before) << "device memory lost by a load (" << why << ")";
+    cudaFree(hog);
+    return why;
+  };
+  std::string note;
+  size_t held = 0;
+  // Unasked images wait for a quarter of what is free, then for their size and 256 MiB beside it.
+  const size_t quarter = (256 * kMiB + 4 * img) / 2, reserve = (4 * img + img + 256 * kMiB) / 2;
+  EXPECT_EQ(load(quarter, -1, note, held), "");
+  EXPECT_EQ(held, 0u);
+  EXPECT_NE(note.find("more than a quarter"), std::string::npos) << note;
+  EXPECT_EQ(load(reserve, -1, note, held), "");
+  EXPECT_EQ(held, 0u);
+  EXPECT_NE(note.find("GiB free"), std::string::npos) << note;
+  EXPECT_EQ(note.find("quarter"), std::string::npos) << note;
+  EXPECT_EQ(load(img + 320 * kMiB, -1, note, held), "");
+  EXPECT_EQ(held, img) << note;
+  // Asked for with TF_CUDA_PROMPT_IMAGE=1, images that cannot have their 256 MiB beside them refuse the load by name.
+  for (size_t after : {quarter, reserve}) {
+    const std::string why = load(after, 1, note, held);
+    EXPECT_NE(why.find("TF_CUDA_PROMPT_IMAGE=1: the prompt images need"), std::string::npos) << why;
+  }
+  EXPECT_EQ(load(img + 320 * kMiB, 1, note, held), "");
+  EXPECT_EQ(held, img);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Prompt rows' products on Hopper (f16_prompt.cuh): which matrices take them, their scratch, and the launch.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <stdexcept>
 
 #include "backend/cuda/cuda_mma.h"
@@ -86,11 +87,21 @@ bool f16_enabled() {
   return on;
 }
 
+namespace {
+std::atomic<int> g_image_mode{-2};  // -2: not read yet
+}  // namespace
+
 int f16_image_mode() {
-  static const int m =
-      env_switch("TF_CUDA_PROMPT_IMAGE", 2, "0 never keeps prompt images, 1 always; unset: where they fit");
+  int m = g_image_mode.load();
+  if (m == -2) {
+    m = env_switch("TF_CUDA_PROMPT_IMAGE", 2, "0 never keeps prompt images, 1 always; unset: where they fit");
+    int unread = -2;
+    if (!g_image_mode.compare_exchange_strong(unread, m)) m = unread;  // f16_set_image_mode came first
+  }
   return m;
 }
+
+void f16_set_image_mode(int mode) { g_image_mode.store(mode); }
 
 bool f16_takes(const DeviceMatrix& w) {
   if (!w.mma || !w.f16 || w.n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device()) return false;

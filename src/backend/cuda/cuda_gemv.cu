@@ -185,6 +185,7 @@ void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows) {
 
 size_t prompt_image_bytes(const DeviceMatrix& w) { return f16_image_size(w); }
 int prompt_image_mode() { return f16_image_mode(); }
+void set_prompt_image_mode(int mode) { f16_set_image_mode(mode); }
 
 void prompt_image_build(DeviceMatrix& w, void* dst) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) throw std::runtime_error("prompt_image_build: misaligned image");

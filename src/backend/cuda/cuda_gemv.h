@@ -68,6 +68,7 @@ void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
 size_t prompt_image_bytes(const DeviceMatrix& w);  // 0 where gemv_prompt does not take w
 // TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) in a quarter of free memory, given back when the engine asks.
 int prompt_image_mode();
+void set_prompt_image_mode(int mode);  // for tests: as if TF_CUDA_PROMPT_IMAGE were that (-1: unset)
 // Decodes w into dst (device, prompt_image_bytes long) and points w.f16w at it.
 void prompt_image_build(DeviceMatrix& w, void* dst);
 // One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
