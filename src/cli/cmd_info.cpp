@@ -87,7 +87,13 @@ Runner add_info(CLI::App& app) {
       const double need = double(i.weight_bytes) + kv;
       std::printf("device memory: %.1f MiB needed of %.1f MiB free%s\n", need / (1 << 20),
                   double(b.device_free_bytes) / (1 << 20), need < double(b.device_free_bytes) ? "" : " (too little)");
-      return need < double(b.device_free_bytes) ? 0 : 2;
+      bool refused = false;
+      if (fam.cuda_memory_note) {
+        const auto [note, refuses] = fam.cuda_memory_note(*f, b.device_free_bytes);
+        if (!note.empty()) std::printf("%s\n", note.c_str());
+        refused = refuses;
+      }
+      return need < double(b.device_free_bytes) && !refused ? 0 : 2;
     }
     std::printf("cpu kernels:  ");
     std::string refusal;

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -106,6 +107,9 @@ struct FamilyEntry {
   std::function<std::unique_ptr<Model>(std::shared_ptr<const SafetensorsCheckpoint>, const JsonConfig&, ThreadPool&,
                                        bool qat)>
       load_safetensors;
+  // `tensorfold info` on CUDA: what a load may take beside the weights and KV, given the free device memory; a note
+  // and whether the load would be refused for it.
+  std::function<std::pair<std::string, bool>(const GgufFile&, size_t free_bytes)> cuda_memory_note;
 };
 
 // Longest context the CUDA attention kernel serves (one shared-memory score per key).
@@ -113,7 +117,7 @@ constexpr int64_t kCudaMaxContext = 48 * 1024;
 
 bool register_family(FamilyEntry e);
 const std::vector<FamilyEntry>& families();
-const FamilyEntry& family_for_architecture(const std::string& arch);  // throws naming the known ones
+const FamilyEntry& family_for_architecture(const std::string& arch);      // throws naming the known ones
 const FamilyEntry& family_for_model_type(const std::string& model_type);  // throws naming the known ones
 
 }  // namespace tf

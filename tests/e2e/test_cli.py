@@ -224,6 +224,32 @@ def test_a_bad_cuda_developer_switch_is_refused_by_name(tf_bin, model_path, name
     assert good.returncode == 0, shown(good)
 
 
+def test_info_on_cuda_says_what_prompt_images_a_load_would_build(tf_bin, model_path):
+    # info's figure for the prompt images must be what a load of the same file builds (bench prints the load's note).
+    if not _runs_on_cuda(tf_bin, model_path):
+        pytest.skip("prompt images need a CUDA build on a machine with a GPU")
+    try:
+        import gguf
+    except ImportError:
+        pytest.skip("gguf-py reads which layer matrices are Q4_K or Q6_K")
+    kinds = (gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K)
+    has = any(t.name.startswith("blk.") and t.tensor_type in kinds for t in gguf.GGUFReader(str(model_path)).tensors)
+    info = tf(tf_bin, "info", model_path, "--backend", "cuda", timeout=60)
+    assert info.returncode == 0, shown(info)
+    line = re.search(r"^prompt images: (.*)$", info.stdout, re.M)
+    if not has:
+        assert line is None, shown(info)
+        return
+    got = re.match(r"up to ([0-9.]+) GiB more", line.group(1)) if line else None
+    assert got, shown(info)
+    bench = tf(tf_bin, "bench", model_path, "--backend", "cuda", "-p", "16", "-n", "4", "-r", "1", timeout=120)
+    loaded = re.search(r"^prompt images: ([0-9.]+) GiB of fp16 weights", bench.stdout + bench.stderr, re.M)
+    assert bench.returncode == 0 and loaded and loaded.group(1) == got.group(1), shown(info) + shown(bench)
+    off = tf(tf_bin, "info", model_path, "--backend", "cuda", env={"TF_CUDA_PROMPT_IMAGE": "0"}, timeout=60)
+    assert off.returncode == 0 and re.search(r"^prompt images: none \(.*\): TF_CUDA_PROMPT_IMAGE=0$", off.stdout,
+                                             re.M), shown(off)
+
+
 @pytest.mark.parametrize("args,named", [(["--depth=-1"], "'-1' is not a --depth length"),
                                         (["--depth", "49100", "-n", "128"], "--depth 49100: depth + -n 128 + 1 must fit"),
                                         (["--depth", "4x"], "'4x' is not a --depth length"),

@@ -101,7 +101,10 @@ int f16_image_mode() {
   return m;
 }
 
-void f16_set_image_mode(int mode) { g_image_mode.store(mode); }
+void f16_set_image_mode(int mode) {
+  if (mode < -1 || mode > 1) throw std::invalid_argument("prompt image mode: -1 (unset), 0 or 1");
+  g_image_mode.store(mode);
+}
 
 bool f16_takes(const DeviceMatrix& w) {
   if (!w.mma || !w.f16 || w.n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device()) return false;
@@ -120,6 +123,15 @@ size_t f16_image_size(const DeviceMatrix& w) {
   const bool ready = w.type == GgmlType::Q4_K ? kernel_ready<int(GgmlType::Q4_K), 128, true>()
                                               : kernel_ready<int(GgmlType::Q6_K), 128, true>();
   return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
+}
+
+size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
+  if ((type != GgmlType::Q4_K && type != GgmlType::Q6_K) || n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device())
+    return 0;
+  const bool ready = type == GgmlType::Q4_K
+                         ? type_ready<int(GgmlType::Q4_K)>() && kernel_ready<int(GgmlType::Q4_K), 128, true>()
+                         : type_ready<int(GgmlType::Q6_K)>() && kernel_ready<int(GgmlType::Q6_K), 128, true>();
+  return ready ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
 }
 
 void f16_image(DeviceMatrix& w, void* dst, int ctl) {

@@ -184,6 +184,9 @@ void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows) {
 }
 
 size_t prompt_image_bytes(const DeviceMatrix& w) { return f16_image_size(w); }
+size_t prompt_image_bytes_for(GgmlType type, int64_t n_in, int64_t n_out) {
+  return f16_image_size_for(type, n_in, n_out);
+}
 int prompt_image_mode() { return f16_image_mode(); }
 void set_prompt_image_mode(int mode) { f16_set_image_mode(mode); }
 

@@ -66,6 +66,8 @@ void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y
 void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
 // Bytes of w's prompt image: its fp16 weights as the prompt kernel decodes them, read instead (same bits, no decode).
 size_t prompt_image_bytes(const DeviceMatrix& w);  // 0 where gemv_prompt does not take w
+// The same before a matrix is uploaded, from its shape: what its image takes if its values fit fp16, which most do.
+size_t prompt_image_bytes_for(GgmlType type, int64_t n_in, int64_t n_out);
 // TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) in a quarter of free memory, given back when the engine asks.
 int prompt_image_mode();
 void set_prompt_image_mode(int mode);  // for tests: as if TF_CUDA_PROMPT_IMAGE were that (-1: unset)

@@ -39,6 +39,7 @@ void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
               bool staged = false);
 void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl);
 size_t f16_image_size(const DeviceMatrix& w);
+size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out);  // before upload: if its values fit fp16
 int f16_image_mode();  // TF_CUDA_PROMPT_IMAGE: 0, 1, or -1 (unset)
 void f16_set_image_mode(int mode);
 void f16_image(DeviceMatrix& w, void* dst, int ctl);

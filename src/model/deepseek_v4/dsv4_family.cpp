@@ -14,7 +14,7 @@ ModelInfo inspect(const SafetensorsCheckpoint& ck, const JsonConfig& cfg) {
 }
 
 const bool kRegistered = register_family(FamilyEntry{
-    "deepseek_v4", {}, nullptr, nullptr, nullptr, nullptr, {"deepseek_v4"}, inspect, load});
+    "deepseek_v4", {}, nullptr, nullptr, nullptr, nullptr, {"deepseek_v4"}, inspect, load, nullptr});
 
 }  // namespace
 }  // namespace tf::dsv4

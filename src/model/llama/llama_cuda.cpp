@@ -114,7 +114,47 @@ Plan plan_tensors(const GgufFile& f, const LlamaConfig& c) {
   return p;
 }
 
+// The prompt images' memory rule, at load and for `info`: unasked, at most a quarter of what is free; asked or not,
+// 256 MiB beside them. `why` says why there are none, or why TF_CUDA_PROMPT_IMAGE=1 refuses the load.
+struct ImageRule {
+  bool build = false, refuse = false;
+  std::string why;
+};
+
+ImageRule image_rule(size_t want, size_t free, int mode) {
+  const double want_gib = double(want) / double(1ull << 30), free_gib = double(free) / double(1ull << 30);
+  if (mode == 0) return {false, false, "TF_CUDA_PROMPT_IMAGE=0"};
+  if (mode < 0 && want > free / 4)
+    return {false, false,
+            fmt::format("more than a quarter of the {:.2f} GiB free; TF_CUDA_PROMPT_IMAGE=1 keeps them", free_gib)};
+  if (want + (size_t(1) << 28) <= free) return {true, false, {}};
+  if (mode < 0) return {false, false, fmt::format("only {:.2f} GiB free", free_gib)};
+  return {
+      false, true,
+      fmt::format("TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {:.2f} GiB is free",
+                  want_gib, free_gib)};
+}
+
 }  // namespace
+
+std::pair<std::string, bool> llama_cuda_memory_note(const GgufFile& f, size_t free_bytes) {
+  const Plan plan = plan_tensors(f, llama_config_from_gguf(f));
+  size_t want = 0;
+  for (const Plan::Item& it : plan.items)
+    if (it.matrix && !it.table && it.name.rfind("blk.", 0) == 0)
+      if (const size_t n = cuda::prompt_image_bytes_for(f.tensor(it.parts[0])->type, it.n_in, it.n_out); n > 0)
+        want += align_up(n);
+  if (want == 0 || plan.total > free_bytes) return {};
+  const ImageRule r = image_rule(want, free_bytes - plan.total, cuda::prompt_image_mode());
+  const double gib = double(want) / double(1ull << 30);
+  if (r.build)
+    return {fmt::format("prompt images: up to {:.2f} GiB more, fp16 weights for prompt products (given back first "
+                        "when the KV pool or round scratch need the memory)",
+                        gib),
+            false};
+  if (r.refuse) return {fmt::format("prompt images: {}; the load would be refused", r.why), true};
+  return {fmt::format("prompt images: none ({:.2f} GiB): {}", gib, r.why), false};
+}
 
 std::string llama_cuda_refusal(const GgufFile& f) {
   cuda::read_switches();  // a bad developer switch is the user's error, not a reason to fall back to the CPU
@@ -242,25 +282,14 @@ void LlamaCudaModel::build_prompt_images() {
         ms.push_back(m), image_want_ += align_up(cuda::prompt_image_bytes(*m));
   const int mode = cuda::prompt_image_mode();
   if (image_want_ == 0) return;
-  if (mode == 0) {
-    image_why_ = "TF_CUDA_PROMPT_IMAGE=0";
-    return;
-  }
   const cuda::DeviceInfo dev = cuda::device_info(0);
-  const double want = double(image_want_) / double(1ull << 30), free = double(dev.free_bytes) / double(1ull << 30);
-  // Unasked, they take at most a quarter of what is free, and are given back first when the KV pool or scratch ask.
-  if (mode < 0 && image_want_ > dev.free_bytes / 4) {
-    image_why_ = fmt::format("more than a quarter of the {:.2f} GiB free; TF_CUDA_PROMPT_IMAGE=1 keeps them", free);
+  const ImageRule rule = image_rule(image_want_, dev.free_bytes, mode);
+  if (rule.refuse) fail("{}: {} ({})", file_->path(), rule.why, dev.name);
+  if (!rule.build) {
+    image_why_ = rule.why;
     return;
   }
-  if (image_want_ + (size_t(1) << 28) > dev.free_bytes) {
-    if (mode < 0) {
-      image_why_ = fmt::format("only {:.2f} GiB free", free);
-      return;
-    }
-    fail("{}: TF_CUDA_PROMPT_IMAGE=1: the prompt images need {:.2f} GiB of device memory but {} has {:.2f} GiB free",
-         file_->path(), want, dev.name, free);
-  }
+  images_asked_ = mode == 1;
   try {
     images_ = cuda::device_alloc(image_want_);
   } catch (const std::exception& e) {
@@ -284,7 +313,7 @@ std::string LlamaCudaModel::image_hint() const {
 }
 
 bool LlamaCudaModel::drop_prompt_images(const char* for_what) {
-  if (!images_ || cuda::prompt_image_mode() == 1) return false;
+  if (!images_ || images_asked_) return false;
   cuda::stream_sync();
   for (auto& L : layers_)
     for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->f16w = nullptr;
@@ -310,7 +339,7 @@ void LlamaCudaModel::release_device() noexcept {
   for (void* p : {weights_, images_, static_cast<void*>(kv_), scratch_, staging_dev_, static_cast<void*>(att_part_)}) {
     try {  // after a sticky device error every free fails; this must not throw
       if (p) cuda::device_free(p);
-    } catch (const std::exception&) {
+    } catch (...) {
     }
   }
   weights_ = images_ = scratch_ = staging_dev_ = nullptr;

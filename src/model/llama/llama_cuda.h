@@ -2,6 +2,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
@@ -55,7 +56,8 @@ class LlamaCudaModel : public Model {
   size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
-  void release_device() noexcept;  // graphs, pinned staging and device memory, for the destructor or a failed load
+  // Graphs, pinned staging and device memory, for the destructor or a failed load only: other state is left stale.
+  void release_device() noexcept;
   std::string image_hint() const;  // for a refusal: the images' size where TF_CUDA_PROMPT_IMAGE=1 keeps them
   size_t product_scratch(int64_t rows) const;  // what gemv() needs for up to `rows` rows over every matrix
   int64_t partial_floats(DevWeight DevLayer::*m, int64_t rows) const;  // the largest layer's partials of that matrix
@@ -73,10 +75,11 @@ class LlamaCudaModel : public Model {
   ModelInfo info_;
   int64_t kv_row_ = 0;
   std::vector<float> rope_freqs_;
-  void* weights_ = nullptr;  // one device allocation holding every tensor
-  void* images_ = nullptr;   // the prompt images of every layer matrix that has one, or none
-  size_t image_want_ = 0;    // what the images take (or would)
-  std::string image_why_;    // why there are none
+  void* weights_ = nullptr;    // one device allocation holding every tensor
+  void* images_ = nullptr;     // the prompt images of every layer matrix that has one, or none
+  size_t image_want_ = 0;      // what the images take (or would)
+  std::string image_why_;      // why there are none
+  bool images_asked_ = false;  // built under TF_CUDA_PROMPT_IMAGE=1, so never given back
   DevWeight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DevLayer> layers_;
@@ -110,5 +113,7 @@ class LlamaCudaModel : public Model {
 
 // Checks every tensor against what the CUDA kernels read ("" when it can run); a bad TF_* switch throws tf::Error.
 std::string llama_cuda_refusal(const GgufFile& f);
+// For `info`: the prompt images a load would build or leave out with `free_bytes` free, and whether it would refuse.
+std::pair<std::string, bool> llama_cuda_memory_note(const GgufFile& f, size_t free_bytes);
 
 }  // namespace tf

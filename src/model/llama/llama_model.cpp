@@ -203,7 +203,13 @@ const bool kRegistered = register_family(FamilyEntry {
     {},
     {},
 #endif
-    {}, {}, {}});
+      {}, {}, {},
+#if TF_HAVE_CUDA
+      [](const GgufFile& f, size_t free_bytes) { return llama_cuda_memory_note(f, free_bytes); },
+#else
+    {},
+#endif
+});
 }  // namespace
 
 }  // namespace tf
