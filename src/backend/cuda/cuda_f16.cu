@@ -32,6 +32,9 @@ bool kernel_ready() {
   return ready;
 }
 
+// The image product decodes nothing, so its format parameter changes no code: one build serves Q4_K and Q6_K.
+constexpr int kImageBuild = int(GgmlType::Q4_K);
+
 template <int kType>
 bool type_ready() {
   return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>();
@@ -65,7 +68,8 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
   if constexpr (kN == 128)
-    if (w.f16w) return launch_k(f16_wgmma_kernel<kType, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
+    if (w.f16w)
+      return launch_k(f16_wgmma_kernel<kImageBuild, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
   launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
 }
 
@@ -120,17 +124,15 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
 
 size_t f16_image_size(const DeviceMatrix& w) {
   if (!f16_takes(w)) return 0;
-  const bool ready = w.type == GgmlType::Q4_K ? kernel_ready<int(GgmlType::Q4_K), 128, true>()
-                                              : kernel_ready<int(GgmlType::Q6_K), 128, true>();
+  const bool ready = kernel_ready<kImageBuild, 128, true>();
   return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
 }
 
 size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
   if ((type != GgmlType::Q4_K && type != GgmlType::Q6_K) || n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device())
     return 0;
-  const bool ready = type == GgmlType::Q4_K
-                         ? type_ready<int(GgmlType::Q4_K)>() && kernel_ready<int(GgmlType::Q4_K), 128, true>()
-                         : type_ready<int(GgmlType::Q6_K)>() && kernel_ready<int(GgmlType::Q6_K), 128, true>();
+  const bool ready = (type == GgmlType::Q4_K ? type_ready<int(GgmlType::Q4_K)>() : type_ready<int(GgmlType::Q6_K)>()) &&
+                     kernel_ready<kImageBuild, 128, true>();
   return ready ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
 }
 
