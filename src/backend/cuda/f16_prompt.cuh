@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_formats.cuh"
@@ -182,6 +183,16 @@ __host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t uni
   return (n_out + 127) / 128 * units * kF16ImageUnit;
 }
 
+// Rows g and g + 8 of tile tm's scales for slice sl (five words a row), as both the decoding and image kernels read
+// them.
+__device__ __forceinline__ void f16_meta(const DeviceMatrix& w, int64_t tm, int64_t sl, int g, uint32_t (&m)[2][5]) {
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * 5;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+    for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
+}
+
 // A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel.
 template <int kType>
 __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int ctl) {
@@ -193,11 +204,7 @@ __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int 
   int64_t tm = tile < last ? tile : last;  // past n_out the block's tail repeats the last tile, as the kernel reads it
   if (TF_FCTL(135) && tm > 0 && u == 1) --tm;  // planted: a unit built from the neighbour tile
   uint32_t m[2][5];
-  const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + u / 4) * 16 + g) * 5;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-    for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
+  f16_meta(w, tm, u / 4, g, m);
   uint32_t a[4][4];
   F::frags(m, int(u % 4), F::load(w, (tm * w.units + u) * 32 + lane), ldexpf(1.0f, w.f16_exp), a);
   uint8_t* dst = img + ((tile / 8) * w.units + u) * kF16ImageUnit + (tile % 8) * 16 * 16 + g * 16 + 4 * t;
@@ -226,36 +233,24 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
   const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kStages * kStageB);
   const uint8_t* xb = A.xw + rb * w.units * kUnitB;
   const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
-  auto copy = [&](uint32_t to, const uint8_t* from, uint32_t n, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(to),
-                 "l"(from), "r"(n), "r"(bar)
-                 : "memory");
-  };
   auto fetch = [&](int64_t u) {
     const uint32_t st = uint32_t(u % kStages), bar = bar0 + 8 * st;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kStageB) : "memory");
-    copy(base + st * kStageB, xb + u * kUnitB, kUnitB, bar);
-    if constexpr (kImage) copy(base + st * kStageB + kUnitB, wb + u * kF16ImageUnit, kF16ImageUnit, bar);
+    mbar_expect(bar, kStageB);
+    bulk_copy(base + st * kStageB, xb + u * kUnitB, kUnitB, bar);
+    if constexpr (kImage) bulk_copy(base + st * kStageB + kUnitB, wb + u * kF16ImageUnit, kF16ImageUnit, bar);
   };
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int s = 0; s < kStages; ++s) mbar_init(bar0 + 8 * s);
+    mbar_init_fence();
     for (int64_t u = 0; u < kStages && u < w.units; ++u) fetch(u);
   }
   __syncthreads();
   [[maybe_unused]] const float wsc = ldexpf(1.0f, w.f16_exp);
   const int64_t at0 = tm * w.units * 32 + lane;
-  auto load_meta = [&](int64_t sl, uint32_t(&m)[2][5]) {
-    const uint32_t* p = reinterpret_cast<const uint32_t*>(w.s) + ((tm * w.slices + sl) * 16 + g) * 5;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-      for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
-  };
   uint32_t meta[2][5], meta_n[2][5];
   typename F::Raw raw[kAhead];
   if constexpr (!kImage) {
-    load_meta(0, meta_n);
+    f16_meta(w, tm, 0, g, meta_n);
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
   }
@@ -273,7 +268,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
-      if (sl + 1 < w.slices) load_meta(sl + 1, meta_n);
+      if (sl + 1 < w.slices) f16_meta(w, tm, sl + 1, g, meta_n);
     }
 #pragma unroll
     for (int uu = 0; uu < 4; ++uu) {  // K-quant rows are whole 256-column slices: four units each
@@ -286,12 +281,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
         F::frags(meta, uu, cur, wsc, a[uu & 1]);
       }
       const uint32_t stage = uint32_t(u % kStages), bar = bar0 + 8 * stage;
-      asm volatile(
-          "{\n.reg .pred done;\nwait_%=:\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-          "@!done bra wait_%=;\n}\n" ::"r"(bar),
-          "r"(uint32_t((u / kStages) & 1))
-          : "memory");
+      mbar_wait(bar, uint32_t((u / kStages) & 1));
       const uint32_t lo = ((base + stage * kStageB) >> 4) | uint32_t(lbo_sbo);
       const uint32_t a_lo = ((base + stage * kStageB + kUnitB + (warp >> 2) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -309,7 +299,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       __syncthreads();  // every warp's wgmma of slice u - 1 is done: its stage can be refilled
       if (tid == 0 && u >= 1 && u - 1 + kStages < w.units) {
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        async_proxy_fence();
         fetch(u - 1 + kStages);
       }
     }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 
 // Many rows on Hopper: the products' arithmetic (mma_kernels.cuh) with warpgroup mma. A warpgroup takes 64 outputs x
@@ -86,21 +87,14 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
   auto fetch = [&](int sl) {
     const uint32_t buf = sm_base + uint32_t((sl & 1) * kWgBuf), bar = bar0 + 8 * (sl & 1);
     const uint32_t b_bytes = uint32_t(units_of(sl) * 4 * kWgStepBytes);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                 "r"(b_bytes + uint32_t(kWgXsumBytes))
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(buf),
-                 "l"(xw_blk + int64_t(sl) * 16 * kWgStepBytes), "r"(b_bytes), "r"(bar)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     buf + uint32_t(16 * kWgStepBytes)),
-                 "l"(xsw_blk + int64_t(sl) * kWgRows * 8), "r"(uint32_t(kWgXsumBytes)), "r"(bar)
-                 : "memory");
+    mbar_expect(bar, b_bytes + uint32_t(kWgXsumBytes));
+    bulk_copy(buf, xw_blk + int64_t(sl) * 16 * kWgStepBytes, b_bytes, bar);
+    bulk_copy(buf + uint32_t(16 * kWgStepBytes), xsw_blk + int64_t(sl) * kWgRows * 8, uint32_t(kWgXsumBytes), bar);
   };
   if (tid == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0) : "memory");
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init(bar0);
+    mbar_init(bar0 + 8);
+    mbar_init_fence();
     fetch(0);
     if (w.slices > 1) fetch(1);
   }
@@ -128,12 +122,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     const int nk = units_of(sl);
     const uint32_t sm_addr = sm_base + uint32_t((sl & 1) * kWgBuf);
     const float* sm_xsum = reinterpret_cast<const float*>(sm_b + (sl & 1) * kWgBuf + 16 * kWgStepBytes);
-    asm volatile(
-        "{\n.reg .pred done;\nwait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n}\n" ::"r"(bar0 + 8 * (sl & 1)),
-        "r"((sl >> 1) & 1)
-        : "memory");
+    mbar_wait(bar0 + 8 * (sl & 1), uint32_t((sl >> 1) & 1));
     uint32_t meta[2][kM];
     typename F::Raw raw[4];
     if constexpr (kAhead) {  // this slice's weights came a slice ahead; the next slice's loads go out now
@@ -234,7 +223,7 @@ __global__ void __launch_bounds__(kWgWarps * 32) mma_wgmma_kernel(MmaArgs A) {
     for (int i = 0; i < 32; ++i) tot[i] = sl == 0 ? p[i] : __fadd_rn(tot[i], p[i]);
     __syncthreads();  // every warp is done with this buffer (its wgmma waited, its sums read)
     if (tid == 0 && sl + 2 < w.slices) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      async_proxy_fence();
       fetch(sl + 2);
     }
   }
