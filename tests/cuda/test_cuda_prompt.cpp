@@ -159,7 +159,14 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   const size_t avail = free + m.kv_pool_bytes(2, 32), margin = size_t(1) << 28;
   const int64_t big = 1 << 20, page = 16 * m.kv_floats_per_token() * 4;
   const size_t fixed = m.kv_pool_bytes(big, 16) - size_t(big * page);  // the partials, the same for any large pool
-  EXPECT_THROW(m.bind_kv(int64_t(2 * avail) / page, 16), Error) << "a pool twice the free memory was bound";
+  try {  // refused naming the settings to lower; not the switch, since giving the unasked images back would not do
+    m.bind_kv(int64_t(2 * avail) / page, 16);
+    ADD_FAILURE() << "a pool twice the free memory was bound";
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("lower --parallel, --context or --prompt-cache-gib"), std::string::npos) << why;
+    EXPECT_EQ(why.find("TF_CUDA_PROMPT_IMAGE"), std::string::npos) << why;
+  }
   EXPECT_EQ(m.prompt_image_bytes(), img) << "images were given back for a pool they could not make fit";
   // A pool that fits only without them: the images go, the pool is bound.
   m.bind_kv(int64_t(avail + img / 2 - margin - fixed) / page, 16);
@@ -241,6 +248,17 @@ TEST(CudaPromptRows, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannot
   }
   EXPECT_EQ(load(img + 320 * kMiB, 1, note, held), "");
   EXPECT_EQ(held, img);
+  // Asked-for images are kept when the KV pool cannot be had, and its refusal names the switch that holds them.
+  cuda::set_prompt_image_mode(1);
+  LlamaCudaModel m(file);
+  try {
+    m.bind_kv(int64_t(2 * free_now()) / (16 * m.kv_floats_per_token() * 4), 16);
+    ADD_FAILURE() << "a pool twice the free memory was bound";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("or TF_CUDA_PROMPT_IMAGE=0 (prompt images hold"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(m.prompt_image_bytes(), img) << "images asked for were given back";
 }
 
 }  // namespace

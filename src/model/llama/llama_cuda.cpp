@@ -307,7 +307,7 @@ void LlamaCudaModel::build_prompt_images() {
 }
 
 std::string LlamaCudaModel::image_hint() const {
-  if (!images_) return {};
+  if (!images_ || !images_asked_) return {};  // unasked ones were already given back where that would have helped
   return fmt::format(", or TF_CUDA_PROMPT_IMAGE=0 (prompt images hold {:.2f} GiB)",
                      double(image_want_) / double(1ull << 30));
 }
