@@ -1,10 +1,12 @@
 // Benchmark, not a test: the dense bf16 tensor-core peak measured by cuBLAS, and our row-invariant BF16 weight kernel
-// against cuBLAS's bf16 GEMM on the same Llama-3-8B shapes (the cost of row invariance), in one run.
+// against cuBLAS's bf16 GEMM on the same Llama-3-8B shapes (the cost of row invariance), and the prompt rows' image
+// products against its fp16 GEMM, in one run.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -19,6 +21,57 @@ void* dev_fill(size_t bytes, unsigned char v) {
   cudaMalloc(&p, bytes);
   cudaMemset(p, v, bytes);
   return p;
+}
+
+// Q4_K blocks with small finite scales and random values, so that the weights fit fp16 and take a prompt image.
+std::vector<uint8_t> q4k_blocks(int64_t n_in, int64_t n_out) {
+  std::vector<uint8_t> b(size_t(n_in / 256 * n_out) * 144);
+  uint32_t s = 12345;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t((s = s * 1664525u + 1013904223u) >> 24);
+  for (size_t i = 0; i < b.size(); i += 144) b[i] = 0, b[i + 1] = 0x14, b[i + 2] = 0, b[i + 3] = 0x10;
+  return b;
+}
+
+// The prompt rows' image product (x staged to fp16, then the product) against cuBLAS's fp16 GEMM, 8B prompt shapes.
+void prompt_image_table(cublasHandle_t h) {
+  using namespace tf;
+  const float one = 1.0f, zero = 0.0f;
+  std::printf("| prompt image W (n_in x n_out) | rows | ours us | ours TFLOP/s | cuBLAS fp16 us | ours / cuBLAS |\n");
+  for (auto [n_in, n_out] :
+       {std::pair<int64_t, int64_t>{4096, 28672}, {14336, 4096}, {4096, 4096}, {4096, 6144}, {4096, 1024}}) {
+    const auto blocks = q4k_blocks(n_in, n_out);
+    void* wd = nullptr;
+    cudaMalloc(&wd, cuda::device_matrix_bytes(GgmlType::Q4_K, n_in, n_out));
+    cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::Q4_K, blocks.data(), n_in, n_out, wd);
+    const size_t img = cuda::prompt_image_bytes(m);
+    if (img == 0) {
+      std::printf("| %lld x %lld | no prompt image on this device |\n", (long long)n_in, (long long)n_out);
+      cudaFree(wd);
+      continue;
+    }
+    void* wi = dev_fill(img, 0);
+    cuda::prompt_image_build(m, wi);
+    void* wb = dev_fill(size_t(n_in * n_out) * 2, 0x3c);
+    for (int64_t rows : {512, 4096}) {
+      void* x = dev_fill(size_t(rows * n_in) * 4, 0x3c);
+      void* xb = dev_fill(size_t(rows * n_in) * 2, 0x3c);
+      void* y = dev_fill(size_t(rows * n_out) * 4, 0);
+      const float ours =
+          time_ms([&] { cuda::gemv_prompt(m, static_cast<float*>(x), rows, static_cast<float*>(y)); }, 10);
+      const float theirs = time_ms(
+          [&] {
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(rows), int(n_in), &one, wb, CUDA_R_16F, int(n_in),
+                         xb, CUDA_R_16F, int(n_in), &zero, y, CUDA_R_32F, int(n_out), CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+          },
+          10);
+      std::printf("| %lld x %lld | %lld | %.1f | %.0f | %.1f | %.2f |\n", (long long)n_in, (long long)n_out,
+                  (long long)rows, ours * 1e3, 2.0 * n_in * n_out * rows / (ours * 1e-3) / 1e12, theirs * 1e3,
+                  ours / theirs);
+      cudaFree(x), cudaFree(xb), cudaFree(y);
+    }
+    cudaFree(wd), cudaFree(wi), cudaFree(wb);
+  }
 }
 
 }  // namespace
@@ -71,6 +124,7 @@ int main() {
     }
     cudaFree(wd), cudaFree(wb);
   }
+  prompt_image_table(h);
   cublasDestroy(h);
   return 0;
 }

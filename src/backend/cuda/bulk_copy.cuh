@@ -8,6 +8,13 @@ namespace tf::cuda {
 __device__ __forceinline__ void mbar_init(uint32_t bar) {  // one arrival a phase: the thread that starts the copies
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
 }
+// A barrier that completes a phase after `count` plain arrivals (consumers releasing a stage).
+__device__ __forceinline__ void mbar_init_count(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 // Makes initialised barriers visible to the async proxy that completes them.
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {

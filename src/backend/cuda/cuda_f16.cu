@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/cuda/cuda_mma.h"
+#include "backend/cuda/f16_image_gemm.cuh"
 #include "backend/cuda/f16_prompt.cuh"
 #include "base/env_switch.h"
 
@@ -14,21 +15,27 @@ namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 int64_t padded_rows(int64_t n_rows) { return (n_rows + kF16RowPad - 1) / kF16RowPad * kF16RowPad; }
 
-// Whether the sm_90a build of this kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.
+// Whether the sm_90a build of a kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.
+template <typename K>
+bool sm90a_ready(K kernel, int smem) {
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion != 90) {
+    cudaGetLastError();
+    return false;
+  }
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+  cudaGetLastError();
+  return ok;
+}
+
 template <int kType, int kN, bool kImage>
 bool kernel_ready() {
-  static const bool ready = [] {
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, f16_wgmma_kernel<kType, kN, kImage>) != cudaSuccess || fa.binaryVersion != 90) {
-      cudaGetLastError();
-      return false;
-    }
-    const bool ok =
-        cudaFuncSetAttribute(f16_wgmma_kernel<kType, kN, kImage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             f16_smem_bytes(kN, kImage)) == cudaSuccess;
-    cudaGetLastError();
-    return ok;
-  }();
+  static const bool ready = sm90a_ready(f16_wgmma_kernel<kType, kN, kImage>, f16_smem_bytes(kN, kImage));
+  return ready;
+}
+
+bool image_gemm_ready() {
+  static const bool ready = sm90a_ready(f16_image_gemm_kernel, kImgSmemBytes);
   return ready;
 }
 
@@ -68,8 +75,12 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
   if constexpr (kN == 128)
-    if (w.f16w)
+    if (w.f16w) {
+      // Grids that two blocks a SM would not fill once take one warp-specialised block a SM instead (same bits).
+      if (int64_t(grid.x) * grid.y <= int64_t(launch_device().sm_count))
+        return launch_k(f16_image_gemm_kernel, grid, kImgThreads, kImgSmemBytes, a);
       return launch_k(f16_wgmma_kernel<kImageBuild, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
+    }
   launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
 }
 
@@ -124,7 +135,7 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
 
 size_t f16_image_size(const DeviceMatrix& w) {
   if (!f16_takes(w)) return 0;
-  const bool ready = kernel_ready<kImageBuild, 128, true>();
+  const bool ready = kernel_ready<kImageBuild, 128, true>() && image_gemm_ready();
   return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
 }
 
@@ -132,7 +143,7 @@ size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
   if ((type != GgmlType::Q4_K && type != GgmlType::Q6_K) || n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device())
     return 0;
   const bool ready = (type == GgmlType::Q4_K ? type_ready<int(GgmlType::Q4_K)>() : type_ready<int(GgmlType::Q6_K)>()) &&
-                     kernel_ready<kImageBuild, 128, true>();
+                     kernel_ready<kImageBuild, 128, true>() && image_gemm_ready();
   return ready ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
 }
 

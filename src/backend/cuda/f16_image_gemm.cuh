@@ -1,0 +1,91 @@
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/f16_prompt.cuh"
+
+// The prompt image product: a producer warp brings x's and the image's units, two consumer warpgroups run the chain.
+namespace tf::cuda {
+
+constexpr int kImgThreads = 384;  // warpgroup 0 brings the units; 1 and 2 take 64 outputs each
+constexpr int kImgStageB = f16_unit_bytes(128) + kF16ImageUnit;
+constexpr int kImgStages = 6;
+constexpr int kImgSmemBytes = kImgStages * kImgStageB + 16 * kImgStages;
+
+// 128 outputs x 128 rows a block, one block a SM, for grids that two-a-SM f16_wgmma_kernel blocks would leave part
+// idle: the same units, the same chain, so the same bits.
+__global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args A) {
+  grid_wait();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kXB = f16_unit_bytes(128);
+  extern __shared__ __align__(128) uint8_t sm[];
+  const int tid = threadIdx.x, wg = tid >> 7;
+  [[maybe_unused]] const int ctl = A.ctl;
+  const DeviceMatrix& w = A.w;
+  const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share a weight tile run together
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), full0 = base + uint32_t(kImgStages * kImgStageB);
+  const uint32_t empty0 = full0 + 8 * kImgStages;
+  if (tid == 0) {
+    for (int s = 0; s < kImgStages; ++s) mbar_init(full0 + 8 * s), mbar_init_count(empty0 + 8 * s, 8);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (wg == 0) {  // one thread starts every copy; a stage is refilled once all eight consumer warps released it
+    if (tid != 0) return;
+    const uint8_t* xb = A.xw + rb * w.units * kXB;
+    const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
+    for (int64_t u = 0; u < w.units; ++u) {
+      const uint32_t s = uint32_t(u % kImgStages), full = full0 + 8 * s, to = base + s * kImgStageB;
+      if (u >= kImgStages) mbar_wait(empty0 + 8 * s, uint32_t((u / kImgStages - 1) & 1));
+      mbar_expect(full, kImgStageB);
+      bulk_copy(to, xb + u * kXB, kXB, full);
+      bulk_copy(to + kXB, wb + u * kF16ImageUnit, kF16ImageUnit, full);
+    }
+    return;
+  }
+  const int ct = tid - 128, lane = ct & 31, g = lane >> 2, t = lane & 3, warp = ct >> 5;  // consumer warp 0..7
+  // B (x): a step's second 8 columns are 128 rows of 16 bytes on; the next 8 rows 128 bytes on.
+  const uint64_t lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
+  // A (the image): a half is 128 outputs on, and each warpgroup reads its own 64 of them.
+  const uint64_t a_lbo_sbo = lbo_sbo;
+  float c[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) c[i] = 0.0f;
+  for (int64_t u = 0; u < w.units; ++u) {
+    const uint32_t s = uint32_t(u % kImgStages), at = base + s * kImgStageB;
+    mbar_wait(full0 + 8 * s, uint32_t((u / kImgStages) & 1));
+    const uint32_t lo = (at >> 4) | uint32_t(lbo_sbo);
+    const uint32_t a_lo = ((at + kXB + (wg - 1) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
+      wgmma_f16_ss<128>(c, (a_lbo_sbo >> 32 << 32) | (a_lo + uint32_t(st * 4096 >> 4)),
+                        (lbo_sbo >> 32 << 32) | (lo + uint32_t(st * 4096 >> 4)), (u > 0 || st > 0) ? 1 : 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    if (lane == 0 && u >= 1) mbar_arrive(empty0 + 8 * uint32_t((u - 1) % kImgStages));  // unit u - 1 is read
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(c[i])::"memory");
+  const int64_t row0 = rb * 128, tile = int64_t(blockIdx.y) * 8 + warp;
+#pragma unroll
+  for (int jn = 0; jn < 16; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
+      if (o >= w.n_out || row >= A.n_rows) continue;
+      const int64_t at_y = row * w.n_out + o;
+      const float v = ldexpf(c[4 * jn + e], -(A.xe[row] + w.f16_exp));
+      A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], v) : v;
+      if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1) A.y[at_y + 1] = v;  // planted: a write past the end
+    }
+#else
+  __trap();  // launched only where the sm_90a code runs (f16_takes)
+#endif
+}
+
+}  // namespace tf::cuda
