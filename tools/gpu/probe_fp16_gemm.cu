@@ -135,10 +135,10 @@ int main() {
     CK(cudaFree(B));
     CK(cudaFree(C));
   }
-  CK(cudaFuncSetAttribute(f16_wgmma_kernel<kQ4K, 128, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          f16_smem_bytes(128, false)));
-  CK(cudaFuncSetAttribute(f16_wgmma_kernel<kQ4K, 256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          f16_smem_bytes(256, false)));
+  CK(cudaFuncSetAttribute(f16_wgmma_kernel<kQ4K, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          f16_smem_bytes(128)));
+  CK(cudaFuncSetAttribute(f16_wgmma_kernel<kQ4K, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          f16_smem_bytes(256)));
   const Case cases[] = {{4096, 28672, 512},  {14336, 4096, 512}, {4096, 4096, 512}, {4096, 1024, 512},
                         {4096, 28672, 4096}, {4096, 28672, 100}, {4096, 4096, 1}};
   int fails = 0;
@@ -211,8 +211,8 @@ int main() {
     };
     auto run = [&](int n, int ctl) {
       const F16Args a{W, dxw, de, int(R), dy, nullptr, ctl};
-      auto* k = n == 128 ? f16_wgmma_kernel<kQ4K, 128, false> : f16_wgmma_kernel<kQ4K, 256, false>;
-      k<<<dim3(unsigned((R + n - 1) / n), cbs), 256, f16_smem_bytes(n, false)>>>(a);
+      auto* k = n == 128 ? f16_wgmma_kernel<kQ4K, 128> : f16_wgmma_kernel<kQ4K, 256>;
+      k<<<dim3(unsigned((R + n - 1) / n), cbs), 256, f16_smem_bytes(n)>>>(a);
     };
     stage(128);
     plain_kernel<<<unsigned((R * K + 255) / 256), 256>>>(dx, de, K, R, dx16);

@@ -28,9 +28,9 @@ bool sm90a_ready(K kernel, int smem) {
   return ok;
 }
 
-template <int kType, int kN, bool kImage>
+template <int kType, int kN>
 bool kernel_ready() {
-  static const bool ready = sm90a_ready(f16_wgmma_kernel<kType, kN, kImage>, f16_smem_bytes(kN, kImage));
+  static const bool ready = sm90a_ready(f16_wgmma_kernel<kType, kN>, f16_smem_bytes(kN));
   return ready;
 }
 
@@ -39,12 +39,9 @@ bool image_gemm_ready() {
   return ready;
 }
 
-// The image product decodes nothing, so its format parameter changes no code: one build serves Q4_K and Q6_K.
-constexpr int kImageBuild = int(GgmlType::Q4_K);
-
 template <int kType>
 bool type_ready() {
-  return kernel_ready<kType, 128, false>() && kernel_ready<kType, 256, false>();
+  return kernel_ready<kType, 128>() && kernel_ready<kType, 256>();
 }
 
 // What f16_stage left in the scratch: staged products must match it, or they would read another x's image.
@@ -75,19 +72,14 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
   if constexpr (kN == 128)
-    if (w.f16w) {
-      // Grids that two blocks a SM would not fill once take one warp-specialised block a SM instead (same bits).
-      if (int64_t(grid.x) * grid.y <= int64_t(launch_device().sm_count))
-        return launch_k(f16_image_gemm_kernel, grid, kImgThreads, kImgSmemBytes, a);
-      return launch_k(f16_wgmma_kernel<kImageBuild, kN, true>, grid, kF16Warps * 32, f16_smem_bytes(kN, true), a);
-    }
-  launch_k(f16_wgmma_kernel<kType, kN, false>, grid, kF16Warps * 32, f16_smem_bytes(kN, false), a);
+    if (w.f16w) return launch_k(f16_image_gemm_kernel, grid, kImgThreads, kImgSmemBytes, a);
+  launch_k(f16_wgmma_kernel<kType, kN>, grid, kF16Warps * 32, f16_smem_bytes(kN), a);
 }
 
 template <int kType>
 void launch_type(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
                  bool staged) {
-  // 256 rows halve the decode where the grid fills the device twice; staged x and images take 128 (two blocks a SM).
+  // 256 rows halve the decode where the grid fills the device twice; staged x and images take 128-row blocks.
   const int64_t col_blocks = ((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps;
   if (!staged && !w.f16w && (n_rows + 255) / 256 * col_blocks >= 2 * int64_t(launch_device().sm_count))
     launch<kType, 256>(w, x, n_rows, y, residual, ctl, false);
@@ -135,7 +127,7 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
 
 size_t f16_image_size(const DeviceMatrix& w) {
   if (!f16_takes(w)) return 0;
-  const bool ready = kernel_ready<kImageBuild, 128, true>() && image_gemm_ready();
+  const bool ready = image_gemm_ready();
   return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
 }
 
@@ -143,7 +135,7 @@ size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
   if ((type != GgmlType::Q4_K && type != GgmlType::Q6_K) || n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device())
     return 0;
   const bool ready = (type == GgmlType::Q4_K ? type_ready<int(GgmlType::Q4_K)>() : type_ready<int(GgmlType::Q6_K)>()) &&
-                     kernel_ready<kImageBuild, 128, true>() && image_gemm_ready();
+                     image_gemm_ready();
   return ready ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
 }
 

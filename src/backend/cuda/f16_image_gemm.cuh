@@ -13,8 +13,7 @@ constexpr int kImgStageB = f16_unit_bytes(128) + kF16ImageUnit;
 constexpr int kImgStages = 6;
 constexpr int kImgSmemBytes = kImgStages * kImgStageB + 16 * kImgStages;
 
-// 128 outputs x 128 rows a block, one block a SM, for grids that two-a-SM f16_wgmma_kernel blocks would leave part
-// idle: the same units, the same chain, so the same bits.
+// 128 outputs x 128 rows a block, one block a SM: the decoding kernel's units and chain, so its bits.
 __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args A) {
   grid_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -45,6 +44,9 @@ __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args 
     return;
   }
   const int ct = tid - 128, lane = ct & 31, g = lane >> 2, t = lane & 3, warp = ct >> 5;  // consumer warp 0..7
+  __shared__ int row_e[128];  // the block's row exponents, read while the first stages arrive
+  if (ct < 128) row_e[ct] = A.xe[rb * 128 + ct];
+  asm volatile("bar.sync 1, 256;" ::: "memory");  // the consumer warpgroups only
   // B (x): a step's second 8 columns are 128 rows of 16 bytes on; the next 8 rows 128 bytes on.
   const uint64_t lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
   // A (the image): a half is 128 outputs on, and each warpgroup reads its own 64 of them.
@@ -71,18 +73,7 @@ __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args 
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(c[i])::"memory");
-  const int64_t row0 = rb * 128, tile = int64_t(blockIdx.y) * 8 + warp;
-#pragma unroll
-  for (int jn = 0; jn < 16; ++jn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
-      if (o >= w.n_out || row >= A.n_rows) continue;
-      const int64_t at_y = row * w.n_out + o;
-      const float v = ldexpf(c[4 * jn + e], -(A.xe[row] + w.f16_exp));
-      A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], v) : v;
-      if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1) A.y[at_y + 1] = v;  // planted: a write past the end
-    }
+  f16_store<128>(A, c, row_e, rb * 128, int64_t(blockIdx.y) * 8 + warp, g, t, ctl);
 #else
   __trap();  // launched only where the sm_90a code runs (f16_takes)
 #endif

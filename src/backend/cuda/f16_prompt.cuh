@@ -35,13 +35,35 @@ struct F16Args {
 
 __host__ __device__ constexpr int f16_unit_bytes(int n) { return n * 128; }
 constexpr int kF16ImageUnit = 128 * 64 * 2;  // a prompt image's 128 outputs x 64 columns, as x's image lays out rows
-__host__ __device__ constexpr int f16_stage_bytes(int n, bool image) {
-  return f16_unit_bytes(n) + (image ? kF16ImageUnit : 0);
-}
-// Image blocks (128 rows) keep three stages, so that two blocks share an SM.
-__host__ __device__ constexpr int f16_stages(int n, bool image) { return image ? 3 : kF16Stages; }
-constexpr int f16_smem_bytes(int n, bool image) {
-  return f16_stages(n, image) * f16_stage_bytes(n, image) + 8 * f16_stages(n, image);
+constexpr int f16_smem_bytes(int n) { return kF16Stages * f16_unit_bytes(n) + 8 * kF16Stages; }
+
+// y (+ residual) for one warp's 16 outputs x kN rows of c, scaled back by 2^-(e_r + e_w), e_r from the block's
+// row_e in shared memory. Four row groups at a time, their residuals loaded before any store: y's stores cannot then
+// hold up the loads behind them (residual is y itself or apart from it).
+template <int kN>
+__device__ __forceinline__ void f16_store(const F16Args& A, float (&c)[kN / 2], const int* row_e, int64_t row0,
+                                          int64_t tile, int g, int t, [[maybe_unused]] int ctl) {
+  const DeviceMatrix& w = A.w;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) c[i] = ldexpf(c[i], -(row_e[8 * (i >> 2) + 2 * t + (i & 1)] + w.f16_exp));
+#pragma unroll
+  for (int j4 = 0; j4 < kN / 8; j4 += 4) {
+    float r[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t o = tile * 16 + g + 8 * ((i & 3) >> 1), row = row0 + 8 * (j4 + (i >> 2)) + 2 * t + (i & 1);
+      r[i] = A.residual && o < w.n_out && row < A.n_rows ? A.residual[row * w.n_out + o] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t o = tile * 16 + g + 8 * ((i & 3) >> 1), row = row0 + 8 * (j4 + (i >> 2)) + 2 * t + (i & 1);
+      if (o >= w.n_out || row >= A.n_rows) continue;
+      const float v = c[4 * j4 + i];
+      A.y[row * w.n_out + o] = A.residual ? __fadd_rn(r[i], v) : v;
+      if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1)
+        A.y[row * w.n_out + o + 1] = v;  // planted: past the end
+    }
+  }
 }
 
 __device__ __forceinline__ uint32_t f16_bits2(__half h) {
@@ -215,14 +237,13 @@ __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int 
       *reinterpret_cast<uint32_t*>(dst + ((st * 2 + (i >> 1)) * 128 + 8 * (i & 1)) * 16) = a[st][i];
 }
 
-// Two warpgroups over 128 outputs x kN rows, x by bulk copy; weights decoded 2 units ahead, or their image beside x.
-template <int kType, int kN, bool kImage>
-__global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kernel(F16Args A) {
+// Two warpgroups over 128 outputs x kN rows, x by bulk copy, weights decoded 2 units ahead.
+template <int kType, int kN>
+__global__ void __launch_bounds__(kF16Warps * 32, 1) f16_wgmma_kernel(F16Args A) {
   grid_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using F = F16W<kType>;
-  constexpr int kUnitB = f16_unit_bytes(kN), kStageB = f16_stage_bytes(kN, kImage), kStepB = kN * 32, kAhead = 2;
-  constexpr int kStages = f16_stages(kN, kImage);
+  constexpr int kUnitB = f16_unit_bytes(kN), kStageB = kUnitB, kStepB = kN * 32, kAhead = 2, kStages = kF16Stages;
   extern __shared__ __align__(128) uint8_t sm[];
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, warp = tid >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
@@ -232,68 +253,55 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
   const int64_t tm = tile < last ? tile : last;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), bar0 = base + uint32_t(kStages * kStageB);
   const uint8_t* xb = A.xw + rb * w.units * kUnitB;
-  const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
   auto fetch = [&](int64_t u) {
     const uint32_t st = uint32_t(u % kStages), bar = bar0 + 8 * st;
     mbar_expect(bar, kStageB);
     bulk_copy(base + st * kStageB, xb + u * kUnitB, kUnitB, bar);
-    if constexpr (kImage) bulk_copy(base + st * kStageB + kUnitB, wb + u * kF16ImageUnit, kF16ImageUnit, bar);
   };
+  __shared__ int row_e[kN];  // the block's row exponents, for the epilogue
+  for (int i = tid; i < kN; i += kF16Warps * 32) row_e[i] = A.xe[rb * kN + i];
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(bar0 + 8 * s);
     mbar_init_fence();
     for (int64_t u = 0; u < kStages && u < w.units; ++u) fetch(u);
   }
   __syncthreads();
-  [[maybe_unused]] const float wsc = ldexpf(1.0f, w.f16_exp);
+  const float wsc = ldexpf(1.0f, w.f16_exp);
   const int64_t at0 = tm * w.units * 32 + lane;
   uint32_t meta[2][5], meta_n[2][5];
   typename F::Raw raw[kAhead];
-  if constexpr (!kImage) {
-    f16_meta(w, tm, 0, g, meta_n);
+  f16_meta(w, tm, 0, g, meta_n);
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
-  }
+  for (int i = 0; i < kAhead; ++i) raw[i] = F::load(w, at0 + (i < w.units ? i : 0) * 32);
   // LBO: a step's second 8 columns are kN rows of 16 bytes on; SBO: the next 8 rows are 128 bytes on.
   const uint64_t lbo_sbo = (uint64_t((kN * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-  // The image's A: a half is 128 outputs on, and each warpgroup reads its own 64 of them.
-  const uint64_t a_lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
   float c[kN / 2];
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) c[i] = 0.0f;
   uint32_t a[2][4][4];
   for (int64_t sl = 0; sl < w.slices; ++sl) {
-    if constexpr (!kImage) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
+    for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-        for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
-      if (sl + 1 < w.slices) f16_meta(w, tm, sl + 1, g, meta_n);
-    }
+      for (int k = 0; k < 5; ++k) meta[hr][k] = meta_n[hr][k];
+    if (sl + 1 < w.slices) f16_meta(w, tm, sl + 1, g, meta_n);
 #pragma unroll
     for (int uu = 0; uu < 4; ++uu) {  // K-quant rows are whole 256-column slices: four units each
       const int64_t u = sl * 4 + uu;
-      if constexpr (!kImage) {
-        const typename F::Raw cur = raw[0];
+      const typename F::Raw cur = raw[0];
 #pragma unroll
-        for (int i = 0; i + 1 < kAhead; ++i) raw[i] = raw[i + 1];
-        if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
-        F::frags(meta, uu, cur, wsc, a[uu & 1]);
-      }
+      for (int i = 0; i + 1 < kAhead; ++i) raw[i] = raw[i + 1];
+      if (u + kAhead < w.units) raw[kAhead - 1] = F::load(w, at0 + (u + kAhead) * 32);
+      F::frags(meta, uu, cur, wsc, a[uu & 1]);
       const uint32_t stage = uint32_t(u % kStages), bar = bar0 + 8 * stage;
       mbar_wait(bar, uint32_t((u / kStages) & 1));
       const uint32_t lo = ((base + stage * kStageB) >> 4) | uint32_t(lbo_sbo);
-      const uint32_t a_lo = ((base + stage * kStageB + kUnitB + (warp >> 2) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int st = 0; st < 4; ++st) {
         if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
         const uint64_t desc = (lbo_sbo >> 32 << 32) | (lo + uint32_t(st * kStepB >> 4));
-        if constexpr (kImage)
-          wgmma_f16_ss<kN>(c, (a_lbo_sbo >> 32 << 32) | (a_lo + uint32_t(st * 4096 >> 4)), desc,
-                           (u > 0 || st > 0) ? 1 : 0);
-        else
-          wgmma_f16<kN>(c, a[uu & 1][st], desc, (u > 0 || st > 0) ? 1 : 0);
+        wgmma_f16<kN>(c, a[uu & 1][st], desc, (u > 0 || st > 0) ? 1 : 0);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -307,18 +315,7 @@ __global__ void __launch_bounds__(kF16Warps * 32, kImage ? 2 : 1) f16_wgmma_kern
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) asm volatile("" : "+f"(c[i])::"memory");
-  const int64_t row0 = rb * kN;
-#pragma unroll
-  for (int jn = 0; jn < kN / 8; ++jn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t o = tile * 16 + g + 8 * (e >> 1), row = row0 + 8 * jn + 2 * t + (e & 1);
-      if (o >= w.n_out || row >= A.n_rows) continue;
-      const int64_t at_y = row * w.n_out + o;
-      const float v = ldexpf(c[4 * jn + e], -(A.xe[row] + w.f16_exp));
-      A.y[at_y] = A.residual ? __fadd_rn(A.residual[at_y], v) : v;
-      if (TF_FCTL(134) && o == w.n_out - 1 && row == A.n_rows - 1) A.y[at_y + 1] = v;  // planted: a write past the end
-    }
+  f16_store<kN>(A, c, row_e, rb * kN, tile, g, t, ctl);
 #else
   __trap();  // launched only where the sm_90a code runs (f16_takes)
 #endif

@@ -62,13 +62,11 @@ std::vector<KernelRecord> make_records() {
                  {f},
                  "as prompt." + std::string(f) +
                      " in blocks of 128 rows, the weights read from their prompt image (fp16 values decoded once by "
-                     "f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory); grids of "
-                     "at most one block a SM take f16_image_gemm_kernel (a producer warp, six stages), larger ones two "
-                     "f16_wgmma_kernel blocks a SM",
+                     "f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory), run by "
+                     "f16_image_gemm_kernel (a producer warp, six stages, one block a SM)",
                  "the prompt." + std::string(f) +
-                     " cases with every product on the image (256x16896 at 300 rows on f16_wgmma_kernel, the rest on "
-                     "f16_image_gemm_kernel); each equal bit for bit to the decoding product; a canary after the "
-                     "image",
+                     " cases with every product on the image; each equal bit for bit to the decoding product; a "
+                     "canary after the image",
                  "bit-equal to prompt." + std::string(f) + " (the same fragments, the same wgmma chain), so its bound",
                  {{131, "non-finite activation read as 0"},
                   {133, "a step's terms lost"},
