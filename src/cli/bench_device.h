@@ -9,7 +9,7 @@ namespace tf::cli {
 struct DeviceBenchOptions {
   std::string model;
   std::vector<int64_t> pp{512};
-  int64_t tg = 128, ubatch = 512;
+  int64_t tg = 128, ubatch = 512, reps = 5;  // reps: timed prefills of each prompt length
   std::vector<int> streams;
   std::vector<int64_t> depths;  // decode again after this many prompt tokens
 };

@@ -88,6 +88,7 @@ Runner add_bench(CLI::App& app) {
     d.model = o->model;
     d.tg = o->tg;
     d.ubatch = o->ubatch;
+    d.reps = o->reps;
     if (o->ubatch < 1) fail("--ubatch {}: a forward needs at least one prompt row", o->ubatch);
     if (o->pp < 1) fail("-p {}: the prompt needs at least one token", o->pp);
     if (o->tg < 1) fail("-n {}: generation needs at least one token", o->tg);
