@@ -75,7 +75,8 @@ Runner add_bench(CLI::App& app) {
   c->add_option("model", o->model, "GGUF model file")->required();
   c->add_option("-p,--n-prompt", o->pp, "prompt tokens (ppN)");
   c->add_option("-n,--n-gen", o->tg, "generated tokens (tgN)");
-  c->add_option("-r,--repetitions", o->reps);
+  c->add_option("-r,--repetitions", o->reps,
+                "timed runs (median); the device benchmark's prefills after an untimed one");
   c->add_option("--threads", o->threads);
   c->add_option("--backend", o->backend, "cpu, cuda or auto");
   c->add_option("--pp-list", o->pp_list, "device backend: prompt lengths, e.g. 512,4096 (default: -p)");

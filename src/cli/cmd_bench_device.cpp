@@ -80,8 +80,7 @@ Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t u
   return {steps / wall, dev / steps, wall * 1e3 / steps};
 }
 
-// Median tok/s of `reps` prefills of one prompt into the same pages, after one untimed prefill: as in decode_run,
-// kernel module loads, scratch growth and first touch stay out of the figure.
+// Median tok/s of reps prefills after an untimed one, as decode_run leaves out module loads and first touch.
 double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed, int64_t reps) {
   const int64_t page = 32, pages = n / page + 2;
   KvCache kv(pages, page, 0);

@@ -1,6 +1,5 @@
-// Benchmark, not a test: the dense bf16 tensor-core peak measured by cuBLAS, and our row-invariant BF16 weight kernel
-// against cuBLAS's bf16 GEMM on the same Llama-3-8B shapes (the cost of row invariance), and the prompt rows' image
-// products against its fp16 GEMM, in one run.
+// Benchmark, not a test: cuBLAS's bf16 peak, and our row-invariant BF16 and prompt image products against cuBLAS on
+// the Llama-3-8B shapes (the cost of row invariance), in one run.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

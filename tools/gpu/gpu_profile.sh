@@ -12,5 +12,5 @@ mkdir -p "$LOGS"
 name=$(basename "$MODEL" .gguf)
 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum \
   "$BIN" bench "$MODEL" --backend cuda -p 1 -n "$TOKENS" -r 1 > "$LOGS/ncu_$name.csv" 2> "$LOGS/ncu_$name.err"
-# bench decodes TOKENS with graphs and TOKENS without after a one-token prefill
-python3 tools/gpu/kernel_times.py "$LOGS/ncu_$name.csv" $((2 * TOKENS + 1)) | tee "$LOGS/kernels_$name.txt" | head -40
+# bench decodes TOKENS with graphs and TOKENS without after two one-token prefills (the first untimed)
+python3 tools/gpu/kernel_times.py "$LOGS/ncu_$name.csv" $((2 * TOKENS + 2)) | tee "$LOGS/kernels_$name.txt" | head -40

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: where one kernel's warps stall, sampled every 32 cycles, by SASS line (kernel_stalls.py).
 # Args: kernel name regex, logs folder. Env: BIN (tensorfold), MODEL (default /tmp/q4.gguf), SKIP (launches of that
-# kernel to skip, default 40: past prefill and graph capture), PROMPT (prompt tokens, default 1; 512 with SKIP=4 takes
-# the fifth wgmma product of a prefill), BENCHARGS (more `tensorfold bench` options).
+# kernel to skip, default 40: past the two prefills and graph capture), PROMPT (prompt tokens, default 1; 512 with
+# SKIP=4 takes the fifth wgmma product of the first, untimed prefill), BENCHARGS (more `tensorfold bench` options).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 K=$1

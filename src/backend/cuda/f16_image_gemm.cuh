@@ -5,10 +5,10 @@
 
 #include "backend/cuda/f16_prompt.cuh"
 
-// The prompt image product: a producer warp brings x's and the image's units, two consumer warpgroups run the chain.
+// The prompt image product: one thread brings x's and the image's units, two consumer warpgroups run the chain.
 namespace tf::cuda {
 
-constexpr int kImgThreads = 384;  // warpgroup 0 brings the units; 1 and 2 take 64 outputs each
+constexpr int kImgThreads = 384;  // one thread of warpgroup 0 brings the units; 1 and 2 take 64 outputs each
 constexpr int kImgStageB = f16_unit_bytes(128) + kF16ImageUnit;
 constexpr int kImgStages = 6;
 constexpr int kImgSmemBytes = kImgStages * kImgStageB + 16 * kImgStages;
@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args 
   asm volatile("bar.sync 1, 256;" ::: "memory");  // the consumer warpgroups only
   // B (x): a step's second 8 columns are 128 rows of 16 bytes on; the next 8 rows 128 bytes on.
   const uint64_t lbo_sbo = (uint64_t((128 * 16) >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-  // A (the image): a half is 128 outputs on, and each warpgroup reads its own 64 of them.
-  const uint64_t a_lbo_sbo = lbo_sbo;
+  // A (the image) has the same strides: a half is 128 outputs on, and each warpgroup reads its own 64 of them.
   float c[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) c[i] = 0.0f;
@@ -58,12 +57,12 @@ __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args 
     const uint32_t s = uint32_t(u % kImgStages), at = base + s * kImgStageB;
     mbar_wait(full0 + 8 * s, uint32_t((u / kImgStages) & 1));
     const uint32_t lo = (at >> 4) | uint32_t(lbo_sbo);
-    const uint32_t a_lo = ((at + kXB + (wg - 1) * 64 * 16) >> 4) | uint32_t(a_lbo_sbo);
+    const uint32_t a_lo = ((at + kXB + (wg - 1) * 64 * 16) >> 4) | uint32_t(lbo_sbo);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
       if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
-      wgmma_f16_ss<128>(c, (a_lbo_sbo >> 32 << 32) | (a_lo + uint32_t(st * 4096 >> 4)),
+      wgmma_f16_ss<128>(c, (lbo_sbo >> 32 << 32) | (a_lo + uint32_t(st * 4096 >> 4)),
                         (lbo_sbo >> 32 << 32) | (lo + uint32_t(st * 4096 >> 4)), (u > 0 || st > 0) ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");

@@ -37,9 +37,7 @@ __host__ __device__ constexpr int f16_unit_bytes(int n) { return n * 128; }
 constexpr int kF16ImageUnit = 128 * 64 * 2;  // a prompt image's 128 outputs x 64 columns, as x's image lays out rows
 constexpr int f16_smem_bytes(int n) { return kF16Stages * f16_unit_bytes(n) + 8 * kF16Stages; }
 
-// y (+ residual) for one warp's 16 outputs x kN rows of c, scaled back by 2^-(e_r + e_w), e_r from the block's
-// row_e in shared memory. Four row groups at a time, their residuals loaded before any store: y's stores cannot then
-// hold up the loads behind them (residual is y itself or apart from it).
+// y (+ residual) of one warp's outputs; residuals loaded before stores, as y may alias them (or be them).
 template <int kN>
 __device__ __forceinline__ void f16_store(const F16Args& A, float (&c)[kN / 2], const int* row_e, int64_t row0,
                                           int64_t tile, int g, int t, [[maybe_unused]] int ctl) {

@@ -63,7 +63,7 @@ std::vector<KernelRecord> make_records() {
                  "as prompt." + std::string(f) +
                      " in blocks of 128 rows, the weights read from their prompt image (fp16 values decoded once by "
                      "f16_image_kernel, 16 KiB a 128-output block and 64 columns, beside x in shared memory), run by "
-                     "f16_image_gemm_kernel (a producer warp, six stages, one block a SM)",
+                     "f16_image_gemm_kernel (one producer thread, six stages, one block a SM)",
                  "the prompt." + std::string(f) +
                      " cases with every product on the image; each equal bit for bit to the decoding product; a "
                      "canary after the image",
