@@ -135,6 +135,11 @@ ImageRule image_rule(size_t want, size_t free, int mode) {
                   want_gib, free_gib)};
 }
 
+// The note `info` and a loaded model print for images left out (`want` bytes) and why.
+std::string images_none_note(size_t want, const std::string& why) {
+  return fmt::format("prompt images: none ({:.2f} GiB): {}", double(want) / double(1ull << 30), why);
+}
+
 }  // namespace
 
 std::pair<std::string, bool> llama_cuda_memory_note(const GgufFile& f, size_t free_bytes) {
@@ -153,7 +158,7 @@ std::pair<std::string, bool> llama_cuda_memory_note(const GgufFile& f, size_t fr
                         gib),
             false};
   if (r.refuse) return {fmt::format("prompt images: {}; the load would be refused", r.why), true};
-  return {fmt::format("prompt images: none ({:.2f} GiB): {}", gib, r.why), false};
+  return {images_none_note(want, r.why), false};
 }
 
 std::string llama_cuda_refusal(const GgufFile& f) {
@@ -256,8 +261,7 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
       L.attn_norm = V(b + "attn_norm.weight"), L.ffn_norm = V(b + "ffn_norm.weight");
       L.bo = V(b + "attn_output.bias");
       layers_.push_back(L);
-      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-        prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
+      for (const DevWeight* m : L.matrices()) prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(*m);
     }
     prompt_f16_ = prompt_f16_ || cuda::gemv_prompt_takes(output_);
     build_prompt_images();
@@ -268,16 +272,16 @@ LlamaCudaModel::LlamaCudaModel(std::shared_ptr<const GgufFile> file)
 }
 
 std::string LlamaCudaModel::memory_note() const {
-  const double gib = double(image_want_) / double(1ull << 30);
-  if (images_) return fmt::format("prompt images: {:.2f} GiB of fp16 weights for prompt products", gib);
-  if (image_why_.empty()) return {};
-  return fmt::format("prompt images: none ({:.2f} GiB): {}", gib, image_why_);
+  if (images_)
+    return fmt::format("prompt images: {:.2f} GiB of fp16 weights for prompt products",
+                       double(image_want_) / double(1ull << 30));
+  return image_why_.empty() ? std::string() : images_none_note(image_want_, image_why_);
 }
 
 void LlamaCudaModel::build_prompt_images() {
   std::vector<DevWeight*> ms;
   for (auto& L : layers_)
-    for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+    for (DevWeight* m : L.matrices())
       if (m->q && cuda::prompt_image_bytes(*m) > 0)
         ms.push_back(m), image_want_ += align_up(cuda::prompt_image_bytes(*m));
   const int mode = cuda::prompt_image_mode();
@@ -316,7 +320,7 @@ bool LlamaCudaModel::drop_prompt_images(const char* for_what) {
   if (!images_ || images_asked_) return false;
   cuda::stream_sync();
   for (auto& L : layers_)
-    for (DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->f16w = nullptr;
+    for (DevWeight* m : L.matrices()) m->f16w = nullptr;
   cuda::device_free(images_);
   images_ = nullptr;
   image_why_ = fmt::format("given back for {}", for_what);
@@ -359,8 +363,7 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
   for (int64_t r : {rows, std::min(rows, cuda::gemv_split_rows())}) {
     need = std::max(need, cuda::gemv_scratch_bytes(output_, r));
     for (const DevLayer& L : layers_)
-      for (const DevWeight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-        need = std::max(need, cuda::gemv_scratch_bytes(*m, r));
+      for (const DevWeight* m : L.matrices()) need = std::max(need, cuda::gemv_scratch_bytes(*m, r));
   }
   return need;
 }
@@ -374,8 +377,12 @@ size_t LlamaCudaModel::att_part_bytes(int64_t n_pages, int64_t page_size) const 
              : 0;
 }
 
+size_t LlamaCudaModel::kv_bytes(int64_t n_pages, int64_t page_size) const {
+  return size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
+}
+
 size_t LlamaCudaModel::kv_pool_bytes(int64_t n_pages, int64_t page_size) const {
-  return size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float) + att_part_bytes(n_pages, page_size);
+  return kv_bytes(n_pages, page_size) + att_part_bytes(n_pages, page_size);
 }
 
 void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
@@ -384,8 +391,7 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
     fail("KV pages of {} tokens: the CUDA tensor-core attention takes pages of a multiple of 16 tokens", page_size);
   // Few-row products' partials, reserved before the pool takes the memory.
   cuda::reserve_gemv_scratch(product_scratch(cuda::gemv_split_rows()));
-  const size_t bytes = size_t(n_pages * page_size * kv_floats_per_token()) * sizeof(float);
-  const size_t old = size_t(kv_pages_ * page_size_ * kv_floats_per_token()) * sizeof(float);
+  const size_t bytes = kv_bytes(n_pages, page_size), old = kv_bytes(kv_pages_, page_size_);
   const int64_t att_keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
   const size_t att_bytes = att_part_bytes(n_pages, page_size);
   cuda::DeviceInfo dev = cuda::device_info(0);
@@ -394,7 +400,7 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   if (need > dev.free_bytes && need <= dev.free_bytes + (images_ ? image_want_ : 0) &&
       drop_prompt_images("the KV pool"))
     dev.free_bytes += image_want_;
-  if (bytes + att_bytes + (size_t(1) << 28) > dev.free_bytes)
+  if (need > dev.free_bytes)
     fail(
         "the KV pool ({} pages of {} tokens) and its attention partials need {:.2f} GiB of device memory but {:.2f} "
         "GiB is free; lower --parallel, --context or --prompt-cache-gib{}",

@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -37,7 +38,7 @@ class LlamaCudaModel : public Model {
   void set_graphs(bool on) override { graphs_on_ = on; }
   std::string memory_note() const override;
   size_t prompt_image_bytes() const { return images_ ? image_want_ : 0; }  // held now
-  size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;        // what bind_kv allocates for that pool
+  size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;          // what bind_kv allocates for that pool
   double last_device_ms() const override { return last_device_ms_; }
   void last_logits_row(int64_t k, float* out) override;
   bool prompt_arithmetic_differs() const override { return prompt_f16_; }
@@ -48,11 +49,14 @@ class LlamaCudaModel : public Model {
     bool fused_qkv = false, fused_ffn = false;
     DevWeight wq, wk, wv, wo, gate, up, down;
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+    std::array<DevWeight*, 7> matrices() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
+    std::array<const DevWeight*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
   };
 
  private:
   void ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64_t table_ints);
   void drop_graphs();
+  size_t kv_bytes(int64_t n_pages, int64_t page_size) const;  // the pool's keys and values alone
   size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none

@@ -130,7 +130,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const DevLayer& Ly = layers_[size_t(il)];
     fork();  // beside the norm; the products of the previous layer would evict them
-    const DevWeight* mats[] = {&Ly.wq, &Ly.wk, &Ly.wv, &Ly.wo, &Ly.gate, &Ly.up, &Ly.down};
+    const auto mats = Ly.matrices();
     int64_t layer_bytes = 0, layer_weights = 0;
     for (const DevWeight* w : mats) {
       if (!prefetch || !w->q) continue;
