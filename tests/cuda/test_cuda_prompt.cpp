@@ -261,6 +261,64 @@ TEST(CudaPromptRows, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannot
   EXPECT_EQ(m.prompt_image_bytes(), img) << "images asked for were given back";
 }
 
+TEST(CudaPromptRows, RoundScratchTakesUnaskedImagesBackFirstAndAskedOnesNameTheSwitchWhenItCannotBeHad) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
+  struct Restore {
+    ~Restore() { cuda::set_prompt_image_mode(-1); }
+  } restore;
+  constexpr size_t kMiB = size_t(1) << 20;
+  constexpr int64_t kRows = 1024;
+  auto file = std::make_shared<GgufFile>(write_model(25600, "prompt_images_76mib.gguf"));
+  // What a round of kRows rows takes beside the pool, measured on a load without images after one like it.
+  cuda::set_prompt_image_mode(0);
+  size_t scratch = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    LlamaCudaModel twin(file);
+    twin.bind_kv(4, 16);
+    const size_t before = free_now();
+    twin.reserve_rounds(kRows, 1, 64);
+    scratch = before - free_now();
+  }
+  // Free memory half an image short of that scratch: only the images can make the difference.
+  auto short_of_scratch = [&](LlamaCudaModel& m, size_t img) {
+    m.bind_kv(4, 16);
+    void* hog = nullptr;
+    const size_t f = free_now(), leave = scratch - img / 2;
+    if (f <= leave || cudaMalloc(&hog, f - leave) != cudaSuccess) {
+      cudaGetLastError();
+      return std::string("could not hold the device memory back");
+    }
+    std::string why;
+    try {
+      m.reserve_rounds(kRows, 1, 64);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    cudaFree(hog);
+    return why;
+  };
+  cuda::set_prompt_image_mode(-1);
+  {
+    LlamaCudaModel m(file);
+    const size_t img = m.prompt_image_bytes();
+    ASSERT_GT(img, 0u) << m.memory_note();
+    ASSERT_GT(scratch, img / 2 + 16 * kMiB) << "the scratch must exceed the half image held back";
+    EXPECT_EQ(short_of_scratch(m, img), "");
+    EXPECT_EQ(m.prompt_image_bytes(), 0u);
+    EXPECT_NE(m.memory_note().find("given back for the round scratch"), std::string::npos) << m.memory_note();
+  }
+  cuda::set_prompt_image_mode(1);
+  LlamaCudaModel m(file);
+  const size_t img = m.prompt_image_bytes();
+  const std::string why = short_of_scratch(m, img);
+  EXPECT_NE(why.find("lower --parallel, --chunk, --context or --prompt-cache-gib, or TF_CUDA_PROMPT_IMAGE=0 (prompt "
+                     "images hold"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(m.prompt_image_bytes(), img) << "images asked for were given back";
+}
+
 }  // namespace
 }  // namespace tf
 
