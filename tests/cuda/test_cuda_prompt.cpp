@@ -182,14 +182,21 @@ size_t free_now() {
   return free;
 }
 
-TEST(CudaPromptRows, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannotFitIsRefusedWithNothingLost) {
-  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
-  if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
-  struct Restore {
-    ~Restore() { cuda::set_prompt_image_mode(-1); }
-  } restore;
-  constexpr size_t kMiB = size_t(1) << 20;
-  auto file = std::make_shared<GgufFile>(write_model(25600, "prompt_images_76mib.gguf"));
+constexpr size_t kMiB = size_t(1) << 20;
+
+// Cases that set TF_CUDA_PROMPT_IMAGE's mode themselves, on a model with 76 MiB of images; the mode is unset after.
+class PromptImageModes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+    if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
+    file = std::make_shared<GgufFile>(write_model(25600, "prompt_images_76mib.gguf"));
+  }
+  void TearDown() override { cuda::set_prompt_image_mode(-1); }
+  std::shared_ptr<GgufFile> file;
+};
+
+TEST_F(PromptImageModes, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannotFitIsRefusedWithNothingLost) {
   cuda::set_prompt_image_mode(0);
   { LlamaCudaModel warm(file); }  // the modules a load uses are loaded now, not inside a measurement
   size_t weights = free_now(), img = 0;
@@ -261,15 +268,8 @@ TEST(CudaPromptRows, ImagesTakeAQuarterOfFreeMemoryAtMostAndAForcedOneThatCannot
   EXPECT_EQ(m.prompt_image_bytes(), img) << "images asked for were given back";
 }
 
-TEST(CudaPromptRows, RoundScratchTakesUnaskedImagesBackFirstAndAskedOnesNameTheSwitchWhenItCannotBeHad) {
-  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
-  if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
-  struct Restore {
-    ~Restore() { cuda::set_prompt_image_mode(-1); }
-  } restore;
-  constexpr size_t kMiB = size_t(1) << 20;
+TEST_F(PromptImageModes, RoundScratchTakesUnaskedImagesBackFirstAndAskedOnesNameTheSwitchWhenItCannotBeHad) {
   constexpr int64_t kRows = 1024;
-  auto file = std::make_shared<GgufFile>(write_model(25600, "prompt_images_76mib.gguf"));
   // What a round of kRows rows takes beside the pool, measured on a load without images after one like it.
   cuda::set_prompt_image_mode(0);
   size_t scratch = 0;
