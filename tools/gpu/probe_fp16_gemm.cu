@@ -206,7 +206,7 @@ int main() {
     W.n_in = K, W.n_out = M, W.units = units, W.slices = int(sbs), W.mma = true, W.f16 = true, W.f16_exp = 0;
     const unsigned cbs = unsigned((tiles + 7) / 8);
     auto stage = [&](int n) {
-      auto* k = n == 128 ? f16_stage_kernel<128> : f16_stage_kernel<256>;
+      auto* k = n == 128 ? f16_stage_kernel<128, 8> : f16_stage_kernel<256, 8>;
       k<<<unsigned((R + n - 1) / n * n), 256>>>(dx, K, R, dxw, de, 0);
     };
     auto run = [&](int n, int ctl) {

@@ -59,8 +59,12 @@ int* exps_of(uint8_t* base, int64_t n_in, int64_t n_rows) {
 template <int kN>
 uint8_t* stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {
   uint8_t* base = mma_scratch_own(f16_scratch_bytes(w, n_rows));
-  launch_k(f16_stage_kernel<kN>, unsigned((n_rows + kN - 1) / kN * kN), 256, 0, x, w.n_in, n_rows, base,
-           exps_of(base, w.n_in, n_rows), ctl);
+  // Rows of up to 4,096 columns keep their two chunks a thread in registers; longer ones keep eight (16,384 columns).
+  const unsigned blocks = unsigned((n_rows + kN - 1) / kN * kN);
+  if (w.n_in <= 4096)
+    launch_k(f16_stage_kernel<kN, 2>, blocks, 256, 0, x, w.n_in, n_rows, base, exps_of(base, w.n_in, n_rows), ctl);
+  else
+    launch_k(f16_stage_kernel<kN, 8>, blocks, 256, 0, x, w.n_in, n_rows, base, exps_of(base, w.n_in, n_rows), ctl);
   return base;
 }
 

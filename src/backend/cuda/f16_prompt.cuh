@@ -145,7 +145,7 @@ struct F16W<int(GgmlType::Q6_K)> {  // w = fp16((u - 32) * fp16(D sc)), D = d 2^
 };
 
 // A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.
-template <int kN>
+template <int kN, int kKeep>
 __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
                                  int* __restrict__ xe, int ctl) {
   grid_wait();
@@ -162,14 +162,22 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = isfinite(v[i]) ? v[i] : 0.0f;  // planted: non-finite read as 0
   };
-  float mx = 0.0f;
+  // The first kKeep chunks of each thread stay in registers between the two passes; any beyond are read again.
+  const int64_t chunks = n_in / 8;
+  float keep[kKeep][8], mx = 0.0f;
+  auto top = [&](const float(&v)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (isfinite(v[i])) mx = fmaxf(mx, fabsf(v[i]));  // infinities stay infinite under any power of two
+  };
+#pragma unroll
+  for (int k = 0; k < kKeep; ++k)
+    if (const int64_t c8 = threadIdx.x + int64_t(k) * blockDim.x; live && c8 < chunks) at8(c8, keep[k]), top(keep[k]);
   if (live)
-    for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {
+    for (int64_t c8 = threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < chunks; c8 += blockDim.x) {
       float v[8];
       at8(c8, v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (isfinite(v[i])) mx = fmaxf(mx, fabsf(v[i]));  // infinities stay infinite under any power of two
+      top(v);
     }
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, off));
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -183,18 +191,23 @@ __global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int6
   // x * 2^e as two exact scalings (e reaches 163 for the smallest rows): ldexpf's bits without its branches.
   const float s1 = __int_as_float((min(e, 127) + 127) << 23), s2 = __int_as_float((max(e - 127, 0) + 127) << 23);
   const int64_t rb = r / kN, n = r % kN;
-  for (int64_t c8 = threadIdx.x; c8 < n_in / 8; c8 += blockDim.x) {  // eight columns a thread: one 16-byte store
+  auto put = [&](int64_t c8, const float(&v)[8]) {  // eight columns a thread: one 16-byte store
     uint32_t h[4] = {0, 0, 0, 0};
-    if (live) {
-      float v[8];
-      at8(c8, v);
+    if (live)
 #pragma unroll
       for (int k = 0; k < 4; ++k)
         h[k] = f16_u(
             __floats2half2_rn(__fmul_rn(__fmul_rn(v[2 * k], s1), s2), __fmul_rn(__fmul_rn(v[2 * k + 1], s1), s2)));
-    }
     *reinterpret_cast<uint4*>(xw + ((rb * (n_in / 16) + c8 / 2) * 2 + (c8 & 1)) * kN * 16 + n * 16) =
         make_uint4(h[0], h[1], h[2], h[3]);
+  };
+#pragma unroll
+  for (int k = 0; k < kKeep; ++k)
+    if (const int64_t c8 = threadIdx.x + int64_t(k) * blockDim.x; c8 < chunks) put(c8, keep[k]);
+  for (int64_t c8 = threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < chunks; c8 += blockDim.x) {
+    float v[8] = {};
+    if (live) at8(c8, v);
+    put(c8, v);
   }
 }
 
