@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
+#include "backend/cuda/cuda_ops.h"
 #include "bench_timer.h"
 
 namespace {
@@ -73,6 +74,43 @@ void prompt_image_table(cublasHandle_t h) {
   }
 }
 
+// SwiGLU then the down product: swiglu_pairs stored and the product staging it, against the stage making it itself.
+void prompt_swiglu_table() {
+  using namespace tf;
+  const int64_t F = 14336, E = 4096;
+  std::printf("| down %lld x %lld after SwiGLU | rows | swiglu_pairs + product us | SwiGLU in the stage us | ratio |\n",
+              (long long)F, (long long)E);
+  const auto blocks = q4k_blocks(F, E);
+  void* wd = nullptr;
+  cudaMalloc(&wd, cuda::device_matrix_bytes(GgmlType::Q4_K, F, E));
+  cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::Q4_K, blocks.data(), F, E, wd);
+  if (!cuda::gemv_prompt_takes(m)) {
+    std::printf("| no prompt products on this device |\n");
+    cudaFree(wd);
+    return;
+  }
+  const size_t img = cuda::prompt_image_bytes(m);
+  void* wi = img ? dev_fill(img, 0) : nullptr;
+  if (img) cuda::prompt_image_build(m, wi);
+  for (int64_t rows : {512, 4096}) {
+    auto* gu = static_cast<float*>(dev_fill(size_t(rows * 2 * F) * 4, 0));
+    {  // gate and up values as a model's: SwiGLU's exp and division depend on them
+      std::vector<float> h(size_t(rows * 2 * F));
+      uint32_t st = 777;
+      for (float& v : h) v = float(int((st = st * 1664525u + 1013904223u) >> 16) - 32768) / 8192.0f;
+      cudaMemcpy(gu, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    }
+    auto* u = static_cast<float*>(dev_fill(size_t(rows * F) * 4, 0));
+    auto* y = static_cast<float*>(dev_fill(size_t(rows * E) * 4, 0));
+    const float both = time_ms([&] { cuda::swiglu_pairs(gu, rows, F, u), cuda::gemv_prompt(m, u, rows, y); }, 10);
+    const float fused = time_ms(
+        [&] { cuda::gemv_prompt_stage_swiglu(m, gu, rows), cuda::gemv_prompt(m, gu, rows, y, nullptr, true); }, 10);
+    std::printf("| | %lld | %.1f | %.1f | %.2f |\n", (long long)rows, both * 1e3, fused * 1e3, fused / both);
+    cudaFree(gu), cudaFree(u), cudaFree(y);
+  }
+  cudaFree(wd), cudaFree(wi);
+}
+
 }  // namespace
 
 int main() {
@@ -124,6 +162,7 @@ int main() {
     cudaFree(wd), cudaFree(wb);
   }
   prompt_image_table(h);
+  prompt_swiglu_table();
   cublasDestroy(h);
   return 0;
 }

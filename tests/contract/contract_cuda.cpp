@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/kernel_registry.h"
 #include "base/scalar.h"
 #include "harness.h"
@@ -153,6 +154,29 @@ std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, in
   return y;
 }
 
+// Output o of one x row in float64, and prompt.*'s bound on it: x and the weights' scales, mins and values each one
+// fp16 rounding under powers of two, one f32 tensor-core chain.
+struct PromptRef {
+  double y = 0, bound = 0;
+};
+PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<double>& mins, const float* xr, int64_t n_in,
+                        int64_t o, int f16_exp) {
+  float mx = 0.0f;
+  for (int64_t i = 0; i < n_in; ++i)
+    if (std::isfinite(xr[i])) mx = std::max(mx, std::fabs(xr[i]));
+  int ex = 0;
+  if (mx > 0) std::frexp(mx, &ex);
+  const double inv_er = mx > 0 ? std::ldexp(1.0, ex - 15) : 1.0, inv_ew = std::ldexp(1.0, -f16_exp);
+  double mag = 0, sx = 0, wsum = 0;
+  for (int64_t i = 0; i < n_in; ++i) {
+    const double ax = std::fabs(double(xr[i])), aw = std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)];
+    mag += aw * ax, sx += ax, wsum += aw;
+  }
+  const double u = 0x1.0p-11;
+  return {ref_dot(wd.data() + o * n_in, xr, n_in).y,
+          (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag + 0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx)};
+}
+
 // Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form. With
 // `image`, every product reads the weights' prompt image, which must also equal the decoding product bit for bit.
 std::string check_prompt(GgmlType type, bool image) {
@@ -200,30 +224,12 @@ std::string check_prompt(GgmlType type, bool image) {
             d >= 0)
           return fmt::format("{}: {}x{} rows={}: differs from the decoding product at {}", name, n_in, n_out, rows, d);
       for (int64_t r = 0; r < rows; ++r) {
-        float mx = 0.0f;
-        for (int64_t i = 0; i < n_in; ++i)
-          if (std::isfinite(x[size_t(r * n_in + i)])) mx = std::max(mx, std::fabs(x[size_t(r * n_in + i)]));
-        int ex = 0;
-        if (mx > 0) std::frexp(mx, &ex);
-        const double inv_er = mx > 0 ? std::ldexp(1.0, ex - 15) : 1.0, inv_ew = std::ldexp(1.0, -m.f16_exp);
         for (int64_t o = 0; o < n_out; ++o) {
           if (big && o % 5 != 0 && o < n_out - 16) continue;
-          const auto [ref, s] = ref_dot(wd.data() + o * n_in, x.data() + r * n_in, n_in);
+          const auto [ref, bound] = prompt_reference(wd, mins, x.data() + r * n_in, n_in, o, m.f16_exp);
           const double got = y[size_t(r * n_out + o)];
           if (std::isnan(ref) != std::isnan(got))
             return fmt::format("{}: row {} col {}: non-finite input gives {}", name, r, o, got);
-          double mag = 0, sx = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            const double ax = std::fabs(double(x[size_t(r * n_in + i)]));
-            mag += (std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)]) * ax;
-            sx += ax;
-          }
-          double wsum = 0;
-          for (int64_t i = 0; i < n_in; ++i)
-            wsum += std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)];
-          const double u = 0x1.0p-11;
-          const double bound = (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag +
-                               0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx);
           if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
             return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", name, n_in, n_out, rows, r, o,
                                got, ref, bound);
@@ -248,6 +254,119 @@ std::string check_prompt(GgmlType type, bool image) {
                                              [&](float* out) { cuda::gemv_prompt(m, dx.as<float>(), rows, out, out); });
           !why.empty())
         return name + ": " + why;
+    }
+  }
+  return {};
+}
+
+// What a fused stage makes its x from: gate|up rows of 2 n_in for SwiGLU, or x rows and RMSNorm's weights.
+struct FusedStage {
+  bool norm = false;
+  int64_t stride(int64_t n_in) const { return norm ? n_in : 2 * n_in; }
+};
+
+// A product whose stage makes its own x (gemv_prompt_stage_swiglu, gemv_prompt_stage_norm): bit for bit the kernel
+// that stores that x (swiglu_pairs, rmsnorm) then the product staging it itself, with and without the residual; within
+// the product's bound over the stored values plus their distance from float64 ones; each row alone.
+std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
+  std::mt19937 rng(6543 + uint32_t(type) + (fs.norm ? 7 : 0));
+  const std::string name = std::string(ggml_type_name(type)) + (fs.norm ? " rmsnorm stage" : " swiglu stage");
+  const float eps = 1e-5f;
+  for (auto [F, n_out] : {std::pair<int64_t, int64_t>{256, 33}, {1536, 520}, {14336, 160}}) {
+    auto wb = random_weight(type, F, n_out, rng);
+    const std::vector<double> wd = decode_weights(type, wb, F, n_out);
+    const std::vector<double> mins = min_magnitudes(type, wb, F, n_out);
+    Dev dw(cuda::device_matrix_bytes(type, F, n_out));
+    cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), F, n_out, dw.p);
+    if (!cuda::gemv_prompt_takes(m))
+      return cuda::mma_wgmma_device() ? name + ": a compute capability 9.0 device refused the prompt kernel" : "";
+    const std::vector<float> nw = random_floats(size_t(F), rng, 2.0f);
+    Dev dnw(nw.size() * 4);
+    cuda::copy_to_device(dnw.p, nw.data(), nw.size() * 4);
+    const int64_t S = fs.stride(F);
+    const bool big = F > 4096;
+    for (int64_t rows : big ? std::vector<int64_t>{1, 3, 130} : std::vector<int64_t>{1, 2, 3, 7, 16, 64, 100, 130, 300}) {
+      std::vector<float> in = random_floats(size_t(rows * S), rng, fs.norm ? 1.0f : 8.0f);
+      for (int64_t r = 0; r < rows; ++r)  // rows of very different magnitudes (SwiGLU: its up values)
+        for (int64_t i = fs.norm ? 0 : F; i < S; ++i) in[size_t(r * S + i)] *= std::ldexp(1.0f, int(r % 5) * 9 - 18);
+      if (rows >= 3) in[size_t(S + F / 2)] = NAN;
+      Dev din(in.size() * 4), dx(size_t(rows * F) * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      cuda::copy_to_device(din.p, in.data(), in.size() * 4);
+      // x as the storing kernel leaves it, and the product of it, with no control planted.
+      auto plain = [&](const float* res, float* y) {
+#if defined(TF_CTL) && TF_CTL
+        const int ctl = g_active_control;
+        g_active_control = 0;
+#endif
+        if (fs.norm)
+          cuda::rmsnorm(din.as<float>(), dnw.as<float>(), rows, F, eps, dx.as<float>());
+        else
+          cuda::swiglu_pairs(din.as<float>(), rows, F, dx.as<float>());
+        cuda::gemv_prompt(m, dx.as<float>(), rows, y, res);
+#if defined(TF_CTL) && TF_CTL
+        g_active_control = ctl;
+#endif
+      };
+      auto fused = [&](int64_t r0, int64_t k, const float* res, float* y) {
+        const float* src = din.as<float>() + r0 * S;
+        if (fs.norm)
+          cuda::gemv_prompt_stage_norm(m, src, dnw.as<float>(), eps, k, dx.as<float>());
+        else
+          cuda::gemv_prompt_stage_swiglu(m, src, k);
+        cuda::gemv_prompt(m, fs.norm ? dx.as<float>() : src, k, y, res, true);
+      };
+      std::vector<float> x(size_t(rows * F)), want(size_t(rows * n_out));
+      plain(nullptr, dy.as<float>());
+      cuda::copy_to_host(x.data(), dx.p, x.size() * 4);
+      cuda::copy_to_host(want.data(), dy.p, want.size() * 4);
+      auto y = with_canary(size_t(rows * n_out), size_t(n_out));
+      cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
+      fused(0, rows, nullptr, dy.as<float>());
+      cuda::copy_to_host(y.data(), dy.p, y.size() * 4);
+      if (!canary_intact(y, size_t(rows * n_out))) return name + ": write past the output";
+      if (int64_t d = first_bit_difference(want.data(), y.data(), want.size()); d >= 0)
+        return fmt::format("{}: {}x{} rows={}: differs from storing x then the product at {} ({} vs {})", name, F,
+                           n_out, rows, d, y[size_t(d)], want[size_t(d)]);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* ir = in.data() + r * S;
+        std::vector<double> x64(static_cast<size_t>(F));
+        double ss = 0;
+        for (int64_t i = 0; i < F; ++i) ss += double(ir[i]) * double(ir[i]);
+        for (int64_t i = 0; i < F; ++i)
+          x64[size_t(i)] = fs.norm ? double(ir[i]) / std::sqrt(ss / double(F) + double(eps)) * double(nw[size_t(i)])
+                                   : double(ir[i]) / (1 + std::exp(-double(ir[i]))) * double(ir[F + i]);
+        for (int64_t o = 0; o < n_out; ++o) {
+          if (big && o % 5 != 0 && o < n_out - 16) continue;
+          const PromptRef p = prompt_reference(wd, mins, x.data() + r * F, F, o, m.f16_exp);
+          double ref = 0, off = 0;  // the float64 product of float64 x; how far the stored x's values move it
+          for (int64_t i = 0; i < F; ++i)
+            ref += wd[size_t(o * F + i)] * x64[size_t(i)],
+                off += std::fabs(wd[size_t(o * F + i)]) * std::fabs(double(x[size_t(r * F + i)]) - x64[size_t(i)]);
+          const double got = y[size_t(r * n_out + o)], bound = p.bound + off;
+          if (std::isnan(ref) != std::isnan(got))
+            return fmt::format("{}: row {} col {}: non-finite input gives {}", name, r, o, got);
+          if (!std::isnan(ref) && !(std::fabs(got - ref) <= bound))
+            return fmt::format("{}: {}x{} rows={} row {} col {}: |{} - {}| > {:.3g}", name, F, n_out, rows, r, o, got,
+                               ref, bound);
+        }
+        fused(r, 1, nullptr, d1.as<float>());
+        std::vector<float> alone(static_cast<size_t>(n_out));
+        cuda::copy_to_host(alone.data(), d1.p, alone.size() * 4);
+        if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
+          return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, F, n_out, r, rows,
+                             d);
+      }
+      // The model's form: the residual stream added in place, one rounding, as after the storing kernel.
+      const auto res = random_floats(size_t(rows * n_out), rng);
+      std::vector<float> a(res.size()), b(res.size());
+      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
+      plain(dy.as<float>(), dy.as<float>());
+      cuda::copy_to_host(a.data(), dy.p, a.size() * 4);
+      cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
+      fused(0, rows, dy.as<float>(), dy.as<float>());
+      cuda::copy_to_host(b.data(), dy.p, b.size() * 4);
+      if (int64_t d = first_bit_difference(a.data(), b.data(), a.size()); d >= 0)
+        return fmt::format("{}: {}x{} rows={}: the residual form differs at {}", name, F, n_out, rows, d);
     }
   }
   return {};
@@ -315,6 +434,8 @@ int main() {
   for (auto [name, t] :
        {std::pair<const char*, GgmlType>{"prompt_image.q4_k", GgmlType::Q4_K}, {"prompt_image.q6_k", GgmlType::Q6_K}})
     checks[name] = [t = t] { return contract::check_prompt(t, true); };
+  checks["prompt_stage_swiglu"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false}); };
+  checks["prompt_stage_norm"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q4_K, {true}); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
                          {"gemv.bf16", GgmlType::BF16},

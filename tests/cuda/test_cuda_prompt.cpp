@@ -153,7 +153,10 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   EXPECT_NE(m.memory_note().find("GiB of fp16 weights for prompt products"), std::string::npos) << m.memory_note();
   std::vector<int32_t> ids(40);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 53 + 7) % kV);
+  const int64_t fused = cuda::prompt_fused_stages();
   const std::vector<float> with = feed(m, ids, 40, true);  // leaves a pool of 2 pages of 32 tokens bound
+  // A layer's three stages make their x themselves: RMSNorm before Q|K|V and gate|up, SwiGLU before down.
+  EXPECT_EQ(cuda::prompt_fused_stages() - fused, 3 * kL) << "prompt rows' stages did not make their x themselves";
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
   const size_t avail = free + m.kv_pool_bytes(2, 32), margin = size_t(1) << 28;

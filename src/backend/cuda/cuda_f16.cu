@@ -56,15 +56,17 @@ int* exps_of(uint8_t* base, int64_t n_in, int64_t n_rows) {
   return reinterpret_cast<int*>(base + align256(size_t(padded_rows(n_rows) * n_in) * 2));
 }
 
-template <int kN>
-uint8_t* stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {
+template <int kN, int kSrc = kStageX>
+uint8_t* stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl, const float* norm_w = nullptr,
+               float eps = 0.0f) {
   uint8_t* base = mma_scratch_own(f16_scratch_bytes(w, n_rows));
   // Rows of up to 4,096 columns keep their two chunks a thread in registers; longer ones keep eight (16,384 columns).
   const unsigned blocks = unsigned((n_rows + kN - 1) / kN * kN);
+  int* xe = exps_of(base, w.n_in, n_rows);
   if (w.n_in <= 4096)
-    launch_k(f16_stage_kernel<kN, 2>, blocks, 256, 0, x, w.n_in, n_rows, base, exps_of(base, w.n_in, n_rows), ctl);
+    launch_k(f16_stage_kernel<kN, 2, kSrc>, blocks, kRmsThreads, 0, x, w.n_in, n_rows, base, xe, ctl, norm_w, eps);
   else
-    launch_k(f16_stage_kernel<kN, 8>, blocks, 256, 0, x, w.n_in, n_rows, base, exps_of(base, w.n_in, n_rows), ctl);
+    launch_k(f16_stage_kernel<kN, 8, kSrc>, blocks, kRmsThreads, 0, x, w.n_in, n_rows, base, xe, ctl, norm_w, eps);
   return base;
 }
 
@@ -100,6 +102,7 @@ bool f16_enabled() {
 
 namespace {
 std::atomic<int> g_image_mode{-2};  // -2: not read yet
+std::atomic<int64_t> g_fused_stages{0};  // stages that made SwiGLU or RMSNorm themselves
 }  // namespace
 
 int f16_image_mode() {
@@ -154,13 +157,28 @@ void f16_image(DeviceMatrix& w, void* dst, int ctl) {
   w.f16w = static_cast<const uint8_t*>(dst);
 }
 
-void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl) {
+void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl, bool swiglu) {
   if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
   g_staged = {};
   if (n_rows <= 0) return;
-  stage<128>(w, x, n_rows, ctl);
+  if (swiglu)
+    stage<128, kStageSwiglu>(w, x, n_rows, ctl), g_fused_stages.fetch_add(1);
+  else
+    stage<128>(w, x, n_rows, ctl);
   g_staged = {x, w.n_in, n_rows, mma_scratch_epoch()};
 }
+
+void f16_stage_norm(const DeviceMatrix& w, const float* x, const float* norm_w, float eps, int64_t n_rows,
+                    const float* as, int ctl) {
+  if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
+  g_staged = {};
+  if (n_rows <= 0) return;
+  stage<128, kStageNorm>(w, x, n_rows, ctl, norm_w, eps);
+  g_fused_stages.fetch_add(1);
+  g_staged = {as, w.n_in, n_rows, mma_scratch_epoch()};
+}
+
+int64_t f16_fused_stages() { return g_fused_stages.load(); }
 
 void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               bool staged) {

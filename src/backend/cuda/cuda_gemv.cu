@@ -183,6 +183,22 @@ void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows) {
   check(cudaGetLastError(), "gemv_prompt_stage launch");
 }
 
+void gemv_prompt_stage_swiglu(const DeviceMatrix& w, const float* gu, int64_t n_rows) {
+  check_product(w, gu);
+  f16_stage(w, gu, n_rows, active_control(), true);
+  check(cudaGetLastError(), "gemv_prompt_stage_swiglu launch");
+}
+
+void gemv_prompt_stage_norm(const DeviceMatrix& w, const float* x, const float* norm_w, float eps, int64_t n_rows,
+                            const float* as) {
+  check_product(w, x);
+  if (reinterpret_cast<uintptr_t>(norm_w) % 16 != 0) throw std::runtime_error("gemv: misaligned norm weights");
+  f16_stage_norm(w, x, norm_w, eps, n_rows, as, active_control());
+  check(cudaGetLastError(), "gemv_prompt_stage_norm launch");
+}
+
+int64_t prompt_fused_stages() { return f16_fused_stages(); }
+
 size_t prompt_image_bytes(const DeviceMatrix& w) { return f16_image_size(w); }
 size_t prompt_image_bytes_for(GgmlType type, int64_t n_in, int64_t n_out) {
   return f16_image_size_for(type, n_in, n_out);

@@ -37,7 +37,10 @@ bool f16_takes(const DeviceMatrix& w);
 size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows);
 void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               bool staged = false);
-void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl);
+void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl, bool swiglu = false);
+void f16_stage_norm(const DeviceMatrix& w, const float* x, const float* norm_w, float eps, int64_t n_rows,
+                    const float* as, int ctl);
+int64_t f16_fused_stages();
 size_t f16_image_size(const DeviceMatrix& w);
 size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out);  // before upload: if its values fit fp16
 int f16_image_mode();  // TF_CUDA_PROMPT_IMAGE: 0, 1, or -1 (unset)

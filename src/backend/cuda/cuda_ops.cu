@@ -8,14 +8,16 @@
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_split.cuh"
 #include "backend/cuda/paged_kv.cuh"
+#include "backend/cuda/rms_scale.cuh"
 #include "backend/cuda/slice_sum.cuh"
+#include "backend/cuda/swiglu_of.cuh"
 
 namespace tf::cuda {
 namespace {
 
 void check_launch(const char* op) { cuda_check(cudaGetLastError(), op); }
 
-constexpr int kNormThreads = 256;
+constexpr int kNormThreads = kRmsThreads;
 constexpr int64_t kNormRowsOneBlock = 64;  // a wave of one-block rows: no need to spread a row over blocks
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum,
@@ -24,26 +26,10 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
   const int64_t i0 = (g0 + threadIdx.x / 32) * 32 + (threadIdx.x & 31);
   const float w0 = xs && i0 < g1 * 32 ? w[i0] : 0.0f;  // the weights are not the previous kernel's: read before waiting
   grid_wait();
-  __shared__ double part[kNormThreads];
   const int64_t row = blockIdx.y;  // blockIdx.x: which groups of the split output (every block sums the whole row)
   const float* xr = x + row * n;
   float* yr = y + row * n;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) ss += double(xr[i]) * double(xr[i]);
-  part[threadIdx.x] = ss;
-  __syncthreads();
-  for (int s = kNormThreads / 2; s >= 32; s >>= 1) {  // fixed tree: the order depends on the block size only
-    if (int(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x < 32) {  // the tree's last five steps by shuffles: lane t adds lane t + s, as part[t + s] above
-    double v = part[threadIdx.x];
-    for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);
-    if (threadIdx.x == 0) part[0] = v;
-  }
-  __syncthreads();
-  double total = TF_DCTL(111) ? 0.0 : part[0];  // planted: the sum of squares lost
-  const float scale = float(1.0 / sqrt(total / double(n) + double(eps)));
+  const float scale = rms_row_scale(xr, n, eps, TF_DCTL(111));  // planted 111: the sum of squares lost
   if (xs) {  // a warp per 32-column group, a lane per column: the same values, also split for the products
     for (int64_t gi = g0 + threadIdx.x / 32; gi < g1; gi += kNormThreads / 32) {
       const int64_t i = gi * 32 + (threadIdx.x & 31);
@@ -58,9 +44,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float 
 }
 
 __device__ __forceinline__ float swiglu_of(float gi, float up) {
-  float silu = __fdiv_rn(gi, __fadd_rn(1.0f, expf(-gi)));
-  if (TF_DCTL(121)) silu = gi / (1.0f + expf(gi));  // planted: sigmoid sign slip
-  return __fmul_rn(silu, up);
+  return swiglu_value(gi, up, TF_DCTL(121));  // planted 121: sigmoid sign slip
 }
 __device__ __forceinline__ int64_t up_index(int64_t i, int64_t n) {
   return (TF_DCTL(122) && i + 1 < n) ? i + 1 : i;  // planted: reads the neighbour's up value

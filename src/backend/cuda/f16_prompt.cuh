@@ -8,6 +8,8 @@
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/cuda_stream.cuh"
 #include "backend/cuda/mma_formats.cuh"
+#include "backend/cuda/rms_scale.cuh"
+#include "backend/cuda/swiglu_of.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 
 // Prompt rows' Q4_K and Q6_K products at one fp16 wgmma a step: row-invariant, but not decode's bits (architecture.md).
@@ -144,20 +146,46 @@ struct F16W<int(GgmlType::Q6_K)> {  // w = fp16((u - 32) * fp16(D sc)), D = d 2^
   }
 };
 
+__device__ __forceinline__ void f16_load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// What the stage reads as x: x itself, SwiGLU of gate|up rows of 2 n_in (swiglu_pairs' values), or RMSNorm of x
+// (rmsnorm's values), made as they are read rather than stored by another kernel and read back.
+enum F16Src { kStageX = 0, kStageSwiglu = 1, kStageNorm = 2 };
+
 // A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.
-template <int kN, int kKeep>
-__global__ void f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
-                                 int* __restrict__ xe, int ctl) {
+template <int kN, int kKeep, int kSrc = kStageX>
+__global__ void __launch_bounds__(kRmsThreads)
+    f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
+                     int* __restrict__ xe, int ctl, const float* __restrict__ norm_w = nullptr, float eps = 0.0f) {
   grid_wait();
   const int64_t r = blockIdx.x;
   __shared__ float red[32];
   const bool live = r < n_rows;
+  float scale = 1.0f;
+  if constexpr (kSrc == kStageNorm)  // planted 140: the sum of squares lost
+    if (live) scale = rms_row_scale(x + r * n_in, n_in, eps, TF_FCTL(140));
   // Eight columns from c8 * 8, or what a planted fault reads instead.
   auto at8 = [&](int64_t c8, float(&v)[8]) {
     const int64_t src = TF_FCTL(132) && r > 0 && c8 < 2 ? r - 1 : r;  // planted: the neighbour row's x
-    const float4* p = reinterpret_cast<const float4*>(x + src * n_in + 8 * c8);
-    const float4 a = p[0], b = p[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    if constexpr (kSrc == kStageNorm) {
+      float nw[8];
+      f16_load8(x + src * n_in + 8 * c8, v);
+      f16_load8(norm_w + 8 * c8, nw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), nw[i]);
+    } else if constexpr (kSrc == kStageSwiglu) {
+      float up[8];
+      f16_load8(x + src * 2 * n_in + 8 * c8, v);
+      f16_load8(x + src * 2 * n_in + n_in + 8 * c8, up);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)  // planted 138: sigmoid sign slip; 139: the neighbour column's up value
+        v[i] = swiglu_value(v[i], TF_FCTL(139) ? up[i ^ 1] : up[i], TF_FCTL(138));
+    } else {
+      f16_load8(x + src * n_in + 8 * c8, v);
+    }
     if (TF_FCTL(131))
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = isfinite(v[i]) ? v[i] : 0.0f;  // planted: non-finite read as 0

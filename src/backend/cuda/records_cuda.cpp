@@ -72,6 +72,34 @@ std::vector<KernelRecord> make_records() {
                   {133, "a step's terms lost"},
                   {134, "a write past the end"},
                   {135, "a unit's fragments built from the neighbour tile"}}});
+  r.push_back({"prompt_stage_swiglu",
+               "cuda",
+               {"f32"},
+               "as the prompt products' stage, for a down product whose x is SwiGLU of gate|up rows of 2 n_in: "
+               "f16_stage_kernel<kN, kKeep, kStageSwiglu> makes swiglu_pairs' values (one shared device function) "
+               "as it reads them, never storing them",
+               "Q6_K down 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 (rows 1,3,130); a NaN gate; "
+               "each equal bit for bit to swiglu_pairs then the product staging its own x, and in the residual form; "
+               "each row alone",
+               "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' values "
+               "s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
+               {{131, "non-finite activation read as 0"},
+                {132, "row reads its neighbour's activations"},
+                {138, "sigmoid sign slip"},
+                {139, "SwiGLU takes the neighbour column's up value"}}});
+  r.push_back({"prompt_stage_norm",
+               "cuda",
+               {"f32"},
+               "as the prompt products' stage, for products whose x is RMSNorm of x rows (n_in a multiple of 256, up "
+               "to 16,384): f16_stage_kernel<kN, kKeep, kStageNorm> takes rmsnorm's row scale (one shared device "
+               "function, the same fixed tree over 256 threads) and values as it reads x, never storing them",
+               "Q4_K 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 (rows 1,3,130); a NaN; each equal "
+               "bit for bit to rmsnorm then the product staging its own x, and in the residual form",
+               "bit-equal to rmsnorm then prompt.q4_k, so |y - y64| <= prompt.q4_k's bound over rmsnorm's values h "
+               "+ sum |w_i| |h_i - h64_i| (h64: float64 RMSNorm, y64 its float64 product)",
+               {{131, "non-finite activation read as 0"},
+                {132, "row reads its neighbour's activations"},
+                {140, "the sum of squares lost"}}});
   r.push_back({"rmsnorm",
                "cuda",
                {"f32"},

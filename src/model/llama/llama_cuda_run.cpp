@@ -147,7 +147,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     const cuda::SplitX split_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     const bool qkv_f16 = fp(Ly.wq) && (Ly.fused_qkv || (fp(Ly.wk) && fp(Ly.wv)));
     const cuda::SplitX pre_e = qkv_f16 ? cuda::SplitX{} : split_e;
-    cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
+    // Prompt rows whose Q, K and V products read one staged x: the stage normalises x itself, h_ is never written.
+    const bool norm_staged = qkv_f16 && !Ly.fused_qkv && !Ly.bq && !Ly.bk && !Ly.bv;
+    if (norm_staged)
+      cuda::gemv_prompt_stage_norm(Ly.wq, x_, Ly.attn_norm, c.rms_eps, n, h_);
+    else
+      cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     // One stacked [Q | K | V] product, or three whose K and V may stay partials for rope_store to add.
     int64_t q_stride = Dq;
     cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
@@ -159,8 +164,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     } else if (!Ly.bq && !Ly.bk && !Ly.bv &&
                (qkv_f16 || (n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
                             cuda::gemv_stage(Ly.wq, n, pre_e)))) {
-      // Prompt rows or many rows: x staged once, then K and V beside Q (their grids alone would leave SMs idle).
-      if (qkv_f16) cuda::gemv_prompt_stage(Ly.wq, h_, n);
+      // Prompt rows or many rows: x staged once (prompt rows' above), then K and V beside Q (their grids alone would
+      // leave SMs idle).
       cuda::SplitX st = pre_e;
       st.staged = true;
       auto staged = [&](const DevWeight& w, float* y) {
@@ -228,6 +233,15 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       cuda::add_inplace(x_, o_, n * E);
     } else {
       prod(Ly.wo, att_, n, x_, x_, pre_o);
+    }
+    if (Ly.fused_ffn && fp(Ly.gate) && fp(Ly.down)) {
+      // Prompt rows: the gate|up stage normalises x itself, and the down product's stage makes SwiGLU's values
+      // (rmsnorm's and swiglu_pairs' bits), so neither is stored and read back.
+      cuda::gemv_prompt_stage_norm(Ly.gate, x_, Ly.ffn_norm, c.rms_eps, n, h_);
+      cuda::gemv_prompt(Ly.gate, h_, n, g_, nullptr, true);
+      cuda::gemv_prompt_stage_swiglu(Ly.down, g_, n);
+      cuda::gemv_prompt(Ly.down, g_, n, x_, x_, true);
+      continue;
     }
     const cuda::SplitX pre_g = fp(Ly.gate) && (Ly.fused_ffn || fp(Ly.up)) ? cuda::SplitX{} : split_e;
     cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_g.xs, pre_g.xsum);
