@@ -159,8 +159,8 @@ std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, in
 struct PromptRef {
   double y = 0, bound = 0;
 };
-PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<double>& mins, const float* xr, int64_t n_in,
-                        int64_t o, int f16_exp) {
+PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<double>& mins, const float* xr,
+                           int64_t n_in, int64_t o, int f16_exp) {
   float mx = 0.0f;
   for (int64_t i = 0; i < n_in; ++i)
     if (std::isfinite(xr[i])) mx = std::max(mx, std::fabs(xr[i]));
@@ -169,12 +169,13 @@ PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<doub
   const double inv_er = mx > 0 ? std::ldexp(1.0, ex - 15) : 1.0, inv_ew = std::ldexp(1.0, -f16_exp);
   double mag = 0, sx = 0, wsum = 0;
   for (int64_t i = 0; i < n_in; ++i) {
-    const double ax = std::fabs(double(xr[i])), aw = std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)];
+    const double ax = std::fabs(double(xr[i])),
+                 aw = std::fabs(wd[size_t(o * n_in + i)]) + 2 * mins[size_t(o * n_in + i)];
     mag += aw * ax, sx += ax, wsum += aw;
   }
   const double u = 0x1.0p-11;
-  return {ref_dot(wd.data() + o * n_in, xr, n_in).y,
-          (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag + 0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx)};
+  return {ref_dot(wd.data() + o * n_in, xr, n_in).y, (3 * u + 3 * u * u + double(n_in / 16 + 18) * 0x1.0p-22) * mag +
+                                                         0x1.0p-24 * (inv_er * wsum + 33 * inv_ew * sx)};
 }
 
 // Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form. With
@@ -285,7 +286,8 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
     cuda::copy_to_device(dnw.p, nw.data(), nw.size() * 4);
     const int64_t S = fs.stride(F);
     const bool big = F > 4096;
-    for (int64_t rows : big ? std::vector<int64_t>{1, 3, 130} : std::vector<int64_t>{1, 2, 3, 7, 16, 64, 100, 130, 300}) {
+    for (int64_t rows :
+         big ? std::vector<int64_t>{1, 3, 130} : std::vector<int64_t>{1, 2, 3, 7, 16, 64, 100, 130, 300}) {
       std::vector<float> in = random_floats(size_t(rows * S), rng, fs.norm ? 1.0f : 8.0f);
       for (int64_t r = 0; r < rows; ++r)  // rows of very different magnitudes (SwiGLU: its up values)
         for (int64_t i = fs.norm ? 0 : F; i < S; ++i) in[size_t(r * S + i)] *= std::ldexp(1.0f, int(r % 5) * 9 - 18);
@@ -353,8 +355,7 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
         std::vector<float> alone(static_cast<size_t>(n_out));
         cuda::copy_to_host(alone.data(), d1.p, alone.size() * 4);
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
-          return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, F, n_out, r, rows,
-                             d);
+          return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, F, n_out, r, rows, d);
       }
       // The model's form: the residual stream added in place, one rounding, as after the storing kernel.
       const auto res = random_floats(size_t(rows * n_out), rng);

@@ -101,7 +101,7 @@ bool f16_enabled() {
 }
 
 namespace {
-std::atomic<int> g_image_mode{-2};  // -2: not read yet
+std::atomic<int> g_image_mode{-2};       // -2: not read yet
 std::atomic<int64_t> g_fused_stages{0};  // stages that made SwiGLU or RMSNorm themselves
 }  // namespace
 

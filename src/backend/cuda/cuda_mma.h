@@ -43,7 +43,8 @@ void f16_stage_norm(const DeviceMatrix& w, const float* x, const float* norm_w, 
 int64_t f16_fused_stages();
 size_t f16_image_size(const DeviceMatrix& w);
 size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out);  // before upload: if its values fit fp16
-int f16_image_mode();  // TF_CUDA_PROMPT_IMAGE: 0, 1, or -1 (unset)
+// TF_CUDA_PROMPT_IMAGE: 0, 1, or -1 (unset)
+int f16_image_mode();
 void f16_set_image_mode(int mode);
 void f16_image(DeviceMatrix& w, void* dst, int ctl);
 

@@ -45,13 +45,13 @@ std::vector<KernelRecord> make_records() {
         {std::string("prompt.") + f,
          "cuda",
          {f},
-         "compute capability 9.0 only; n_in a multiple of 256; any n_out (tiles of 16); any rows (blocks of 128, or 256 "
-         "where the grid still fills the device twice)",
+         "compute capability 9.0 only; n_in a multiple of 256; any n_out (tiles of 16); any rows (blocks of 128, or "
+         "256 where the grid still fills the device twice)",
          "768x1536, 1536x520, 256x33, 4608x2056; rows 1,2,3,7,16,64,100,130,300; 256x16896 with rows 1,3,300 (blocks "
          "of 256 against rows alone in blocks of 128); a NaN row; the in-place residual form",
-         "|y - y64| <= (3u + 3u^2 + (n_in/16 + 18) * 2^-22) * sum (|w_i| + 2|min_i|)|x_i| + 2^-24 * (2^-e_r sum (|w_i| + "
-         "2|min_i|) + 33 * 2^-e_w sum |x_i|), u = 2^-11: x and the weights' scales, mins and values each one fp16 "
-         "rounding under powers of two, one f32 tensor-core chain",
+         "|y - y64| <= (3u + 3u^2 + (n_in/16 + 18) * 2^-22) * sum (|w_i| + 2|min_i|)|x_i| + 2^-24 * (2^-e_r sum "
+         "(|w_i| + 2|min_i|) + 33 * 2^-e_w sum |x_i|), u = 2^-11: x and the weights' scales, mins and values each one "
+         "fp16 rounding under powers of two, one f32 tensor-core chain",
          {{131, "non-finite activation read as 0"},
           {132, "row reads its neighbour's activations"},
           {133, "a step's terms lost"},
