@@ -102,7 +102,7 @@ bool f16_enabled() {
 
 namespace {
 std::atomic<int> g_image_mode{-2};       // -2: not read yet
-std::atomic<int64_t> g_fused_stages{0};  // stages that made SwiGLU or RMSNorm themselves
+std::atomic<int64_t> g_fused_stages{0};  // for tests: that the model's prompt rows took these stages
 }  // namespace
 
 int f16_image_mode() {

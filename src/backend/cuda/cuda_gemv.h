@@ -64,14 +64,12 @@ bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, o
 void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
                  bool staged = false);
 void gemv_prompt_stage(const DeviceMatrix& w, const float* x, int64_t n_rows);
-// As gemv_prompt_stage of swiglu_pairs(gu) (gate|up rows of 2 w.n_in), its bits, without that output stored and read
-// back; the staged products name gu as their x.
+// gemv_prompt_stage of swiglu_pairs(gu), its bits, never storing SwiGLU; the staged products then name gu as x.
 void gemv_prompt_stage_swiglu(const DeviceMatrix& w, const float* gu, int64_t n_rows);
-// As rmsnorm(x, norm_w, eps) into `as` then gemv_prompt_stage(w, as), its bits, with nothing written to `as`: the
-// staged products name it as their x.
+// gemv_prompt_stage of rmsnorm(x) into `as`, its bits, never writing `as`; the staged products then name `as` as x.
 void gemv_prompt_stage_norm(const DeviceMatrix& w, const float* x, const float* norm_w, float eps, int64_t n_rows,
                             const float* as);
-int64_t prompt_fused_stages();  // stages that made SwiGLU or RMSNorm themselves, so far in this process
+int64_t prompt_fused_stages();  // for tests: how many stages made SwiGLU or RMSNorm themselves in this process
 // Bytes of w's prompt image: its fp16 weights as the prompt kernel decodes them, read instead (same bits, no decode).
 size_t prompt_image_bytes(const DeviceMatrix& w);  // 0 where gemv_prompt does not take w
 // The same before a matrix is uploaded, from its shape: what its image takes if its values fit fp16, which most do.

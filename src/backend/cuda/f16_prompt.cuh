@@ -151,8 +151,7 @@ __device__ __forceinline__ void f16_load8(const float* p, float (&v)[8]) {
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// What the stage reads as x: x itself, SwiGLU of gate|up rows of 2 n_in (swiglu_pairs' values), or RMSNorm of x
-// (rmsnorm's values), made as they are read rather than stored by another kernel and read back.
+// What the stage makes x from as it reads: x, gate|up rows of 2 n_in (SwiGLU), or x rows (RMSNorm), never stored.
 enum F16Src { kStageX = 0, kStageSwiglu = 1, kStageNorm = 2 };
 
 // A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.

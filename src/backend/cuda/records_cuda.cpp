@@ -78,9 +78,9 @@ std::vector<KernelRecord> make_records() {
                "as the prompt products' stage, for a down product whose x is SwiGLU of gate|up rows of 2 n_in: "
                "f16_stage_kernel<kN, kKeep, kStageSwiglu> makes swiglu_pairs' values (one shared device function) "
                "as it reads them, never storing them",
-               "Q6_K down 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 (rows 1,3,130); a NaN gate; "
-               "each equal bit for bit to swiglu_pairs then the product staging its own x, and in the residual form; "
-               "each row alone",
+               "Q6_K down 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 and 28672x33 (rows 1,3,130); "
+               "a NaN gate; each equal bit for bit to swiglu_pairs then the product staging its own x, and in the "
+               "residual form; each row alone",
                "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' values "
                "s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
                {{131, "non-finite activation read as 0"},
@@ -90,11 +90,12 @@ std::vector<KernelRecord> make_records() {
   r.push_back({"prompt_stage_norm",
                "cuda",
                {"f32"},
-               "as the prompt products' stage, for products whose x is RMSNorm of x rows (n_in a multiple of 256, up "
-               "to 16,384): f16_stage_kernel<kN, kKeep, kStageNorm> takes rmsnorm's row scale (one shared device "
-               "function, the same fixed tree over 256 threads) and values as it reads x, never storing them",
-               "Q4_K 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 (rows 1,3,130); a NaN; each equal "
-               "bit for bit to rmsnorm then the product staging its own x, and in the residual form",
+               "as the prompt products' stage, for products whose x is RMSNorm of x rows (n_in a multiple of 256): "
+               "f16_stage_kernel<kN, kKeep, kStageNorm> takes rmsnorm's row scale (one shared device function, the "
+               "same fixed tree over 256 threads) and values as it reads x, never storing them",
+               "Q4_K 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 and 28672x33 (rows 1,3,130); a "
+               "NaN; each equal bit for bit to rmsnorm then the product staging its own x, and in the residual form; "
+               "each row alone; the buffer its products name as x never written",
                "bit-equal to rmsnorm then prompt.q4_k, so |y - y64| <= prompt.q4_k's bound over rmsnorm's values h "
                "+ sum |w_i| |h_i - h64_i| (h64: float64 RMSNorm, y64 its float64 product)",
                {{131, "non-finite activation read as 0"},

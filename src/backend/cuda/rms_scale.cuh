@@ -8,8 +8,7 @@ namespace tf::cuda {
 
 constexpr int kRmsThreads = 256;  // the block size the fixed tree below assumes
 
-// 1 / sqrt(mean(x^2) + eps) of row xr[0, n): lane sums in double, then a fixed tree (the order depends on the block
-// size only). Every thread of the block calls it; `lose` (a planted control) drops the sum.
+// 1 / sqrt(mean(x^2) + eps) of row xr, summed in a fixed order; all 256 threads call it (`lose`: a planted control).
 __device__ __forceinline__ float rms_row_scale(const float* xr, int64_t n, float eps, bool lose) {
   __shared__ double part[kRmsThreads];
   double ss = 0;

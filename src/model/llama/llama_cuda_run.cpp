@@ -147,7 +147,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     const cuda::SplitX split_e = E % 64 == 0 ? cuda::SplitX{xs_, xsum_} : cuda::SplitX{};
     const bool qkv_f16 = fp(Ly.wq) && (Ly.fused_qkv || (fp(Ly.wk) && fp(Ly.wv)));
     const cuda::SplitX pre_e = qkv_f16 ? cuda::SplitX{} : split_e;
-    // Prompt rows whose Q, K and V products read one staged x: the stage normalises x itself, h_ is never written.
+    // Prompt rows' Q, K and V read one staged x, which the stage normalises itself: h_ is not written.
     const bool norm_staged = qkv_f16 && !Ly.fused_qkv && !Ly.bq && !Ly.bk && !Ly.bv;
     if (norm_staged)
       cuda::gemv_prompt_stage_norm(Ly.wq, x_, Ly.attn_norm, c.rms_eps, n, h_);
@@ -164,8 +164,7 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     } else if (!Ly.bq && !Ly.bk && !Ly.bv &&
                (qkv_f16 || (n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
                             cuda::gemv_stage(Ly.wq, n, pre_e)))) {
-      // Prompt rows or many rows: x staged once (prompt rows' above), then K and V beside Q (their grids alone would
-      // leave SMs idle).
+      // x staged once (prompt rows' above), then K and V beside Q: their grids alone would leave SMs idle.
       cuda::SplitX st = pre_e;
       st.staged = true;
       auto staged = [&](const DevWeight& w, float* y) {
@@ -235,36 +234,35 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       prod(Ly.wo, att_, n, x_, x_, pre_o);
     }
     if (Ly.fused_ffn && fp(Ly.gate) && fp(Ly.down)) {
-      // Prompt rows: the gate|up stage normalises x itself, and the down product's stage makes SwiGLU's values
-      // (rmsnorm's and swiglu_pairs' bits), so neither is stored and read back.
+      // Prompt rows: the stages make RMSNorm and SwiGLU themselves (their kernels' bits), so neither is stored.
       cuda::gemv_prompt_stage_norm(Ly.gate, x_, Ly.ffn_norm, c.rms_eps, n, h_);
       cuda::gemv_prompt(Ly.gate, h_, n, g_, nullptr, true);
       cuda::gemv_prompt_stage_swiglu(Ly.down, g_, n);
       cuda::gemv_prompt(Ly.down, g_, n, x_, x_, true);
-      continue;
-    }
-    const cuda::SplitX pre_g = fp(Ly.gate) && (Ly.fused_ffn || fp(Ly.up)) ? cuda::SplitX{} : split_e;
-    cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_g.xs, pre_g.xsum);
-    cuda::SplitX pre_f;
-    if (Ly.fused_ffn) {
-      if (c.n_ff % 64 == 0) {
-        cuda::Partials gp;  // SwiGLU adds any slices
-        if (fp(Ly.gate))
+    } else {
+      const cuda::SplitX pre_g = fp(Ly.gate) && (Ly.fused_ffn || fp(Ly.up)) ? cuda::SplitX{} : split_e;
+      cuda::rmsnorm(x_, Ly.ffn_norm, n, E, c.rms_eps, h_, pre_g.xs, pre_g.xsum);
+      cuda::SplitX pre_f;
+      if (Ly.fused_ffn) {
+        if (c.n_ff % 64 == 0) {
+          cuda::Partials gp;  // SwiGLU adds any slices
+          if (fp(Ly.gate))
+            prod(Ly.gate, h_, n, g_, nullptr, pre_g);
+          else
+            gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_g);
+          if (!fp(Ly.down) || gp.p) pre_f = {xs_, xsum_};  // SwiGLU adds partials only into a split output
+          cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
+        } else {
           prod(Ly.gate, h_, n, g_, nullptr, pre_g);
-        else
-          gp = cuda::gemv_partials(Ly.gate, h_, n, g_, pre_g);
-        if (!fp(Ly.down) || gp.p) pre_f = {xs_, xsum_};  // SwiGLU adds partials only into a split output
-        cuda::swiglu_pairs(g_, n, c.n_ff, u_, pre_f.xs, pre_f.xsum, gp);
+          cuda::swiglu_pairs(g_, n, c.n_ff, u_);
+        }
       } else {
         prod(Ly.gate, h_, n, g_, nullptr, pre_g);
-        cuda::swiglu_pairs(g_, n, c.n_ff, u_);
+        prod(Ly.up, h_, n, u_, nullptr, pre_g);
+        cuda::swiglu(g_, u_, u_, n * c.n_ff);
       }
-    } else {
-      prod(Ly.gate, h_, n, g_, nullptr, pre_g);
-      prod(Ly.up, h_, n, u_, nullptr, pre_g);
-      cuda::swiglu(g_, u_, u_, n * c.n_ff);
+      prod(Ly.down, u_, n, x_, x_, pre_f);
     }
-    prod(Ly.down, u_, n, x_, x_, pre_f);
   }
   if (m == 0) return;
   cuda::gather_rows(x_, L.logit_idx(d), m, E, h_);
