@@ -207,7 +207,7 @@ int main() {
     const unsigned cbs = unsigned((tiles + 7) / 8);
     auto stage = [&](int n) {
       auto* k = n == 128 ? f16_stage_kernel<128, 8> : f16_stage_kernel<256, 8>;
-      k<<<unsigned((R + n - 1) / n * n), 256>>>(dx, K, R, dxw, de, 0);
+      k<<<unsigned((R + n - 1) / n * n), 256>>>(dx, K, R, dxw, de, 0, nullptr, 0.0f);
     };
     auto run = [&](int n, int ctl) {
       const F16Args a{W, dxw, de, int(R), dy, nullptr, ctl};
