@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <stdexcept>
 
 #include "backend/ctl.h"
 #include "backend/cuda/cuda_device.h"
@@ -366,6 +367,28 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
         if (int64_t d = first_bit_difference(alone.data(), y.data() + r * n_out, size_t(n_out)); d >= 0)
           return fmt::format("{}: {}x{} row {} of {} differs from the row alone at col {}", name, F, n_out, r, rows, d);
       }
+      // A staged product reads only its own stage's image: after another product staged its x, or naming another x,
+      // it is refused rather than reading whatever the scratch holds.
+      auto refused = [&](const std::function<void()>& run) {
+        try {
+          run();
+        } catch (const std::logic_error&) {
+          return true;
+        }
+        return false;
+      };
+      const float* named = fs.norm ? das.as<float>() : din.as<float>();
+      if (!refused([&] {
+            fused(0, rows, nullptr, dy.as<float>());
+            cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>());  // stages its own x over the shared image
+            cuda::gemv_prompt(m, named, rows, dy.as<float>(), nullptr, true);
+          }))
+        return name + ": a staged product ran after another product had overwritten its stage";
+      if (!refused([&] {
+            fused(0, rows, nullptr, dy.as<float>());
+            cuda::gemv_prompt(m, dx.as<float>(), rows, dy.as<float>(), nullptr, true);
+          }))
+        return name + ": a staged product naming another x ran on this stage";
       // The model's form: the residual stream added in place, one rounding, as after the storing kernel.
       const auto res = random_floats(size_t(rows * n_out), rng);
       std::vector<float> a(res.size()), b(res.size());

@@ -80,7 +80,8 @@ std::vector<KernelRecord> make_records() {
                "as it reads them, never storing them",
                "Q6_K down 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 and 28672x33 (rows 1,3,130); "
                "a NaN gate; each equal bit for bit to swiglu_pairs then the product staging its own x, and in the "
-               "residual form; each row alone",
+               "residual form; each row alone; a staged product after another product's stage, or naming another "
+               "x, refused",
                "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' values "
                "s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
                {{131, "non-finite activation read as 0"},
@@ -95,7 +96,8 @@ std::vector<KernelRecord> make_records() {
                "same fixed tree over 256 threads) and values as it reads x, never storing them",
                "Q4_K 256x33, 1536x520 (rows 1,2,3,7,16,64,100,130,300), 14336x160 and 28672x33 (rows 1,3,130); a "
                "NaN; each equal bit for bit to rmsnorm then the product staging its own x, and in the residual form; "
-               "each row alone; the buffer its products name as x never written",
+               "each row alone; the buffer its products name as x never written; a staged product after another "
+               "product's stage, or naming another x, refused",
                "bit-equal to rmsnorm then prompt.q4_k, so |y - y64| <= prompt.q4_k's bound over rmsnorm's values h "
                "+ sum |w_i| |h_i - h64_i| (h64: float64 RMSNorm, y64 its float64 product)",
                {{131, "non-finite activation read as 0"},
