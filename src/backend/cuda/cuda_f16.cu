@@ -120,12 +120,17 @@ void f16_set_image_mode(int mode) {
   g_image_mode.store(mode);
 }
 
-bool f16_takes(const DeviceMatrix& w) {
-  if (!w.mma || !w.f16 || w.n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device()) return false;
-  if (w.type == GgmlType::Q4_K) return type_ready<int(GgmlType::Q4_K)>();
-  if (w.type == GgmlType::Q6_K) return type_ready<int(GgmlType::Q6_K)>();
+namespace {
+// What the format and row length allow, before and after upload (which also needs the values to fit fp16).
+bool shape_takes(GgmlType type, int64_t n_in) {
+  if (n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device()) return false;
+  if (type == GgmlType::Q4_K) return type_ready<int(GgmlType::Q4_K)>();
+  if (type == GgmlType::Q6_K) return type_ready<int(GgmlType::Q6_K)>();
   return false;
 }
+}  // namespace
+
+bool f16_takes(const DeviceMatrix& w) { return w.mma && w.f16 && shape_takes(w.type, w.n_in); }
 
 size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   if (!f16_takes(w) || n_rows <= 0) return 0;
@@ -139,11 +144,7 @@ size_t f16_image_size(const DeviceMatrix& w) {
 }
 
 size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
-  if ((type != GgmlType::Q4_K && type != GgmlType::Q6_K) || n_in % 256 != 0 || !f16_enabled() || !mma_wgmma_device())
-    return 0;
-  const bool ready = (type == GgmlType::Q4_K ? type_ready<int(GgmlType::Q4_K)>() : type_ready<int(GgmlType::Q6_K)>()) &&
-                     image_gemm_ready();
-  return ready ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
+  return shape_takes(type, n_in) && image_gemm_ready() ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
 }
 
 void f16_image(DeviceMatrix& w, void* dst, int ctl) {
