@@ -19,6 +19,7 @@ void check_launch(const char* op) { cuda_check(cudaGetLastError(), op); }
 
 constexpr int kNormThreads = kRmsThreads;
 constexpr int64_t kNormRowsOneBlock = 64;  // a wave of one-block rows: no need to spread a row over blocks
+constexpr int kRopeTasks = 4;              // rope_store's tasks a thread where rows are many
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps, float* y, uint4* xs, float* xsum,
                                int64_t groups_per_block) {
@@ -75,7 +76,7 @@ __global__ void swiglu_split_kernel(const float* gu, int slices, float* out, int
 }
 
 // Pair i of a head (NORM: adjacent, NEOX: halves) and its rotation, as rope_store applies them.
-__device__ __forceinline__ void rope_pair(int64_t i, int64_t half, bool neox, int64_t& a, int64_t& b) {
+__device__ __forceinline__ void rope_pair(int i, int half, bool neox, int& a, int& b) {
   a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   if (TF_DCTL(131)) b = neox ? 2 * i + 1 : i + half;  // planted: pairs taken with the other pairing
 }
@@ -92,47 +93,68 @@ __device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row
   return base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
 }
 
-// Per row: Q rotated in place, K rotated and V copied into its page slot (K and V as rows or partials).
-__global__ void rope_store_kernel(float* q, int64_t q_stride, int64_t n_head, KvSource k, KvSource v, int64_t n_rows,
-                                  int64_t head_dim, int64_t half, const float* cos, const float* sin, bool neox,
+// Per row: Q rotated in place, K rotated and V copied into its page slot (K and V as rows or partials). A thread
+// takes P tasks of a row and reads all their values before writing any, so their loads are in flight together.
+template <int P>
+__global__ void rope_store_kernel(float* q, int64_t q_stride, int n_head, KvSource k, KvSource v, int64_t n_rows,
+                                  int head_dim, int half, const float* cos, const float* sin, bool neox,
                                   const int32_t* pos, const int32_t* row_seq, const int32_t* page_table,
                                   int64_t max_pages, float* base, int64_t page_floats, int64_t layer_offset,
-                                  int64_t page_size, int64_t kv_row) {
-  const int64_t r = blockIdx.y, n_kv_head = kv_row / head_dim, tail = head_dim - 2 * half;
-  int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  // The round's staged positions, pages and angles precede its first kernel: read them before waiting.
-  const bool rot = t < (n_head + n_kv_head) * half;  // a pair of Q or K to rotate: head h, pair i
-  const int64_t tr = t < n_head * half ? t : t - n_head * half, h = rot ? tr / half : 0, i = rot ? tr % half : 0;
-  const float c = rot ? cos[r * half + i] : 0.0f, sn = rot ? sin[r * half + i] : 0.0f;
-  float* kp = t < n_head * half
-                  ? nullptr
-                  : kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+                                  int64_t page_size, int kv_row) {
+  const int64_t r = blockIdx.y;
+  const int n_kv_head = kv_row / head_dim, tail = head_dim - 2 * half, nq = n_head * half, nk = n_kv_head * half;
+  const int nt = nk + n_kv_head * tail, t0 = int(blockIdx.x * blockDim.x + threadIdx.x),
+            S = int(gridDim.x * blockDim.x);
+  // Task kinds: 0 a Q pair, 1 a K pair, 2 a K element past the rotated ones, 3 a V element, 4 none.
+  int kind[P], h[P], i[P];
+  float c[P], sn[P];
+  bool kv_task = false;
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const int t = t0 + e * S;
+    kind[e] = t < nq ? 0 : t < nq + nk ? 1 : t < nq + nt ? 2 : t < nq + nt + kv_row ? 3 : 4;
+    const int tr = kind[e] == 0 ? t : t - nq;  // the rotated pairs' index (0, 1), else the K|V element's (2, 3)
+    h[e] = kind[e] < 2 ? tr / half : 0, i[e] = kind[e] < 2 ? tr - h[e] * half : tr - (kind[e] == 3 ? nt : nk);
+    // The round's staged angles, positions and pages precede its first kernel: read them before waiting.
+    c[e] = kind[e] < 2 ? cos[r * half + i[e]] : 0.0f, sn[e] = kind[e] < 2 ? sin[r * half + i[e]] : 0.0f;
+    kv_task |= kind[e] >= 1 && kind[e] <= 3;
+  }
+  float* kp = kv_task
+                  ? kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row)
+                  : nullptr;
+  float* qr = q + r * q_stride;
   grid_wait();
-  auto in = [&](const KvSource& s, int64_t j) {  // planted 174: the partials added in reverse order
+  auto in = [&](const KvSource& s, int j) {  // planted 174: the partials added in reverse order
     return s.slices ? slice_sum(s.p, s.slices, n_rows * kv_row, r * kv_row + j, TF_DCTL(174)) : s.p[r * s.stride + j];
   };
-  int64_t a, b;
-  rope_pair(i, half, neox, a, b);
-  if (t < n_head * half) {  // Q rotated in place
-    float* x = q + r * q_stride + h * head_dim;
-    const float2 y = rope_rotate(x[a], x[b], c, sn);
-    x[a] = y.x, x[b] = y.y;
-    return;
+  int a[P], b[P];
+  float x0[P], x1[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) {  // every value read first: no write of this thread can hold a read back
+    a[e] = b[e] = 0, x0[e] = x1[e] = 0.0f;
+    if (kind[e] < 2) {
+      rope_pair(i[e], half, neox, a[e], b[e]);
+      a[e] += h[e] * head_dim, b[e] += h[e] * head_dim;
+      x0[e] = kind[e] == 0 ? qr[a[e]] : in(k, a[e]), x1[e] = kind[e] == 0 ? qr[b[e]] : in(k, b[e]);
+    } else if (kind[e] == 2) {
+      const int th = i[e] / tail;
+      a[e] = th * head_dim + 2 * half + (i[e] - th * tail);
+      x0[e] = in(k, a[e]);
+    } else if (kind[e] == 3) {
+      a[e] = int(page_size) * kv_row + i[e];
+      x0[e] = TF_DCTL(172) ? in(k, i[e]) : in(v, i[e]);  // planted: K stored as V
+    }
   }
-  t -= n_head * half;
-  if (t < n_kv_head * half) {
-    const float2 y = rope_rotate(in(k, h * head_dim + a), in(k, h * head_dim + b), c, sn);
-    kp[h * head_dim + a] = y.x, kp[h * head_dim + b] = y.y;
-    return;
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    if (kind[e] < 2) {
+      const float2 y = rope_rotate(x0[e], x1[e], c[e], sn[e]);
+      float* dst = kind[e] == 0 ? qr : kp;
+      dst[a[e]] = y.x, dst[b[e]] = y.y;
+    } else if (kind[e] < 4) {
+      kp[a[e]] = x0[e];
+    }
   }
-  t -= n_kv_head * half;
-  if (t < n_kv_head * tail) {
-    const int64_t j = (t / tail) * head_dim + 2 * half + t % tail;
-    kp[j] = in(k, j);
-    return;
-  }
-  t -= n_kv_head * tail;
-  if (t < kv_row) kp[page_size * kv_row + t] = TF_DCTL(172) ? in(k, t) : in(v, t);  // planted: K stored as V
 }
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n) {
@@ -226,9 +248,14 @@ void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, c
   upload_control();
   const int64_t half = n_rot / 2, n_kv_head = kv_row / head_dim;
   const int64_t tasks = n_head * half + n_kv_head * (head_dim - half) + kv_row;
-  launch_k(rope_store_kernel, dim3(grid(tasks, 128), unsigned(n_rows)), 128, 0, q, q_stride, n_head, k, v, n_rows,
-           head_dim, half, cos, sin, neox, pos, row_seq, page_table, max_pages, base, page_floats, layer_offset,
-           page_size, kv_row);
+  if (tasks + n_head * head_dim + page_size * kv_row >= (int64_t(1) << 31))
+    throw std::runtime_error("rope_store: rows past 2^31 floats");
+  // Many rows: kRopeTasks a thread, so a row's blocks are few and their loads overlap; few rows: one, for more blocks.
+  const bool many = n_rows >= 16;
+  launch_k(many ? rope_store_kernel<kRopeTasks> : rope_store_kernel<1>,
+           dim3(grid(tasks, many ? kRopeTasks * 128 : 128), unsigned(n_rows)), 128, 0, q, q_stride, int(n_head), k, v,
+           n_rows, int(head_dim), int(half), cos, sin, neox, pos, row_seq, page_table, max_pages, base, page_floats,
+           layer_offset, page_size, int(kv_row));
   check_launch("rope_store");
 }
 
