@@ -131,9 +131,10 @@ __global__ void __launch_bounds__(kFW * 32, 1)
                                 __fmul_rn(qv[i & 1][kk][2 * (i >> 1) + 1], f[i & 1]));
     }
     float o[D / 8][4] = {}, mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
-    float4 kr[kVec], vr[kVec];
+    // Two tiles in flight in registers: a key row's page lookup and its loads are two dependent reads.
+    float4 kr0[kVec], vr0[kVec], kr1[kVec], vr1[kVec];
     const int jl = warp * (kFK / kFW) + lane / 8, c8 = lane % 8;  // the key row this lane converts, its eighth
-    auto load = [&](int tile) {
+    auto load = [&](int tile, float4(&kr)[kVec], float4(&vr)[kVec]) {
       const int j = tile * kFK + jl;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) kr[i] = vr[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kFW * 32, 1)
     // Each key row under its own power of two: K scaled into [2^14, 2^15), V only scaled down (P takes 2^-ev up to
     // 2^15); a key past 2^64 (its 2^-ek times a score would overflow), a value past 2^30 or a non-finite element enters
     // as zeros and makes its rows NaN.
-    auto convert = [&](int buf) {
+    auto convert = [&](int buf, const float4(&kr)[kVec], const float4(&vr)[kVec]) {
       float mk = 0.0f, mv = 0.0f;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) mk = fmaxf(mk, fin_abs_max4(kr[i])), mv = fmaxf(mv, fin_abs_max4(vr[i]));
@@ -258,12 +259,18 @@ __global__ void __launch_bounds__(kFW * 32, 1)
             if ((neg0 >> (nt * 4 + e)) & 1) o[nt][e] = -0.0f;
     };
     const int n_tiles = (n_keys + kFK - 1) / kFK;
-    if (n_tiles > 0) load(0);
-    for (int it = 0; it < n_tiles; ++it) {
-      convert(it & 1);
-      if (it + 1 < n_tiles) load(it + 1);  // in flight while this tile is multiplied
-      __syncthreads();                     // the tile is converted, and no warp still reads the buffer two tiles back
+    if (n_tiles > 0) load(0, kr0, vr0);
+    if (n_tiles > 1) load(1, kr1, vr1);
+    auto step = [&](int it, float4(&kr)[kVec], float4(&vr)[kVec]) {
+      convert(it & 1, kr, vr);
+      if (it + 2 < n_tiles) load(it + 2, kr, vr);  // in flight while this tile and the next are multiplied
+      __syncthreads();  // the tile is converted, and no warp still reads the buffer two tiles back
       if (active && it * kFK < wkeys) tile_pass(it & 1, it * kFK);
+    };
+#pragma unroll 1
+    for (int it = 0; it < n_tiles; it += 2) {
+      step(it, kr0, vr0);
+      if (it + 1 < n_tiles) step(it + 1, kr1, vr1);
     }
     __syncthreads();  // the next pass refills the buffers
 #pragma unroll
