@@ -93,8 +93,7 @@ __device__ __forceinline__ float* kv_slot(const int32_t* pos, const int32_t* row
   return base + kv_offset(page_table, max_pages, row_seq[r], p, page_floats, layer_offset, page_size, kv_row, false);
 }
 
-// Per row: Q rotated in place, K rotated and V copied into its page slot (K and V as rows or partials). A thread
-// takes P tasks of a row and reads all their values before writing any, so their loads are in flight together.
+// Per row: Q rotated in place, K rotated and V into its page slot; P tasks a thread, all read before any write.
 template <int P>
 __global__ void rope_store_kernel(float* q, int64_t q_stride, int n_head, KvSource k, KvSource v, int64_t n_rows,
                                   int head_dim, int half, const float* cos, const float* sin, bool neox,
