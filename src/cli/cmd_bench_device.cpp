@@ -37,6 +37,16 @@ double matmul_params(const GgufFile& f) {
   return p;
 }
 
+// Attention's FLOPs a prompt of n tokens from position 0 adds: Q K^T and P V, 2 x q width each, over its n (n + 1) / 2
+// causal (query, key) pairs, summed over the layers that store a separate Q product.
+double attention_flops(const GgufFile& f, int64_t n) {
+  double w = 0;
+  for (const auto& t : f.tensors())
+    if (t.ne.size() == 2 && t.name.ends_with(".attn_q.weight"))
+      w += double(t.ne[1]);
+  return 4.0 * w * double(n) * double(n + 1) / 2.0;
+}
+
 // The prompt `ids` written into the lease's pages, `ubatch` rows per forward, logits of the last one only.
 void prefill(Model& m, const KvLease& lease, const std::vector<int32_t>& ids, int64_t ubatch,
              std::vector<float>& logits) {
@@ -139,11 +149,11 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
   std::printf("copy bandwidth: %.0f GB/s (bytes read + written)\n", bw / 1e9);
   for (int64_t pp : o.pp) {
     const double tps = prefill_run(m, pp, o.ubatch, 7, o.reps);
+    const double mm = 2.0 * matmul_params(*lm.file) * tps / 1e12, att = attention_flops(*lm.file, pp) * tps / pp / 1e12;
     std::printf(
         "pp%-5lld %10.1f tok/s  %7.2f TFLOP/s (2 x %.2fB matmul params per token; median of %lld after one "
-        "untimed)\n",
-        (long long)pp, tps, 2.0 * matmul_params(*lm.file) * tps / 1e12, matmul_params(*lm.file) / 1e9,
-        (long long)o.reps);
+        "untimed); %.2f TFLOP/s with causal attention's\n",
+        (long long)pp, tps, mm, matmul_params(*lm.file) / 1e9, (long long)o.reps, mm + att);
   }
   Decode g = decode_run(m, o.tg, true), ng = decode_run(m, o.tg, false);
   // KV read per token averages half the sequence over a run that starts empty.
