@@ -93,15 +93,31 @@ int main() {
                   b < 0 ? unforced.c_str() : cuda::attention_build_name(b), ms * 1e3, flops / (ms * 1e-3) / 1e12);
     }
     cuda::attention_force_build(-1);
-    if (c.rows > 1 && c.seqs == 1) try {  // prompt rows take the fp16 kernel (compute capability 9.0)
+    // Prompt rows take the fp16 kernel (compute capability 9.0), converting keys in each block or once a call.
+    const int64_t slots = (keys + 31) / 32 * 32;
+    void* dkeys = c.rows > 1 && c.seqs == 1 ? cuda::device_alloc(cuda::attention_prompt_keys_bytes(slots, kKvHeads, kD))
+                                            : nullptr;
+    const std::vector<int32_t> key_slot = {0}, key_count = {int32_t(keys)};
+    int32_t *dslot = upload(key_slot), *dcount = upload(key_count);
+    const cuda::PromptKeys pk{dkeys, dslot, dcount, slots, 1, int(slots / 32)};
+    for (const bool conv : {false, true}) {
+      if (!dkeys) break;
+      const char* what = conv ? "fp16 prompt kernel, keys converted once" : "fp16 prompt kernel";
+      try {
         const float ms = time_ms(
-            [&] { cuda::attention_prompt(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout); }, 20);
-        std::printf("| %s | %lld | %lld | fp16 prompt kernel | %.1f | %.1f |\n", c.name, (long long)c.rows,
-                    (long long)keys, ms * 1e3, 4.0 * pairs * double(kD) * double(kHeads) / (ms * 1e-3) / 1e12);
+            [&] {
+              cuda::attention_prompt(dq, qs, c.rows, dpos, dseq, kv, kHeads, kKvHeads, kD, scale, dout,
+                                     conv ? &pk : nullptr);
+            },
+            20);
+        std::printf("| %s | %lld | %lld | %s | %.1f | %.1f |\n", c.name, (long long)c.rows, (long long)keys, what,
+                    ms * 1e3, 4.0 * pairs * double(kD) * double(kHeads) / (ms * 1e-3) / 1e12);
       } catch (const std::runtime_error& e) {
-        std::printf("| %s | %lld | %lld | fp16 prompt kernel | %s | |\n", c.name, (long long)c.rows, (long long)keys,
-                    e.what());
+        std::printf("| %s | %lld | %lld | %s | %s | |\n", c.name, (long long)c.rows, (long long)keys, what, e.what());
       }
+    }
+    for (void* p : {dkeys, static_cast<void*>(dslot), static_cast<void*>(dcount)})
+      if (p) cuda::device_free(p);
     cuda::device_free(dpos);
     cuda::device_free(dseq);
   }

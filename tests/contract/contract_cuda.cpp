@@ -412,6 +412,7 @@ std::string check_cuda_swiglu();
 std::string check_cuda_attention();
 std::string check_cuda_attention_mma();
 std::string check_cuda_attention_prompt();
+std::string check_cuda_attention_prompt_keys();
 std::string check_cuda_embedding(GgmlType type);
 std::string check_cuda_rope_store();
 std::string check_cuda_residual();
@@ -434,6 +435,7 @@ int main() {
       {"attention", contract::check_cuda_attention},
       {"attention_mma", contract::check_cuda_attention_mma},
       {"attention_prompt", contract::check_cuda_attention_prompt},
+      {"attention_prompt_keys", contract::check_cuda_attention_prompt_keys},
       {"rope_store", contract::check_cuda_rope_store},
       {"residual_add", contract::check_cuda_residual},
       {"gather_rows", contract::check_cuda_gather},

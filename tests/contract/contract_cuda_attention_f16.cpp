@@ -26,7 +26,8 @@ struct PromptCase {
   int64_t page = 16;
 };
 
-std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
+// conv: the keys converted once a call (PromptKeys), each output also equal bit for bit to the blocks' own conversion.
+std::string prompt_case(const PromptCase& c, std::mt19937& rng, bool conv) {
   const int64_t hd = c.hd, nh = c.nh, nkv = c.nkv, P = c.page, kvr = nkv * hd, max_keys = 2000;
   const int64_t max_pages = (max_keys + 1 + P) / P, n_seq = 2, page_floats = 2 * P * kvr, n_pages = n_seq * max_pages;
   auto pool = random_floats(size_t(n_pages * page_floats), rng);
@@ -58,14 +59,32 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
   auto canary = with_canary(n_out, pad);
   float* dout = upload(canary);
   cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
+  // Each sequence's keys at whole 32-key tiles one after another, in a scratch with room to spare (its strides).
+  std::vector<int32_t> key_slot(static_cast<size_t>(n_seq)), key_count(static_cast<size_t>(n_seq), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    key_count[size_t(c.seq[size_t(r)])] = std::max(key_count[size_t(c.seq[size_t(r)])], c.pos[size_t(r)] + 1);
+  int64_t slots = 0, tiles = 0;
+  for (int64_t s = 0; s < n_seq; ++s)
+    key_slot[size_t(s)] = int32_t(slots), slots += (key_count[size_t(s)] + 31) / 32 * 32,
+    tiles = std::max<int64_t>(tiles, (key_count[size_t(s)] + 31) / 32);
+  slots += 64;
+  void* dkeys = conv ? cuda::device_alloc(cuda::attention_prompt_keys_bytes(slots, nkv, hd)) : nullptr;
+  int32_t *dslot = upload(key_slot), *dcount = upload(key_count);
+  const cuda::PromptKeys pk{dkeys, dslot, dcount, slots, int(n_seq), int(tiles)};
   auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
-    cuda::attention_prompt(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout);
+    cuda::attention_prompt(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout, conv ? &pk : nullptr);
   };
+  std::vector<float> out(n_out + pad), own(n_out), alone(size_t(nh * hd));
+  if (conv) {
+    cuda::attention_prompt(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
+    cuda::copy_to_host(own.data(), dout, n_out * 4);
+  }
   run(dq, rows, dpos, dseq);
-  std::vector<float> out(n_out + pad), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
   if (!canary_intact(out, n_out)) why = fmt::format("hd {}: written past the output", hd);
+  if (int64_t d = conv ? first_bit_difference(own.data(), out.data(), n_out) : -1; why.empty() && d >= 0)
+    why = fmt::format("hd {}: converted keys give other bits than the blocks' own conversion (at {})", hd, d);
   const double u = 0x1.0p-11, t22 = 0x1.0p-22;
   for (int64_t r = 0; r < rows && why.empty(); ++r) {
     for (int64_t h = 0; h < nh && why.empty(); ++h) {
@@ -109,14 +128,13 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng) {
     }
   }
   for (void* p : {static_cast<void*>(dpool), static_cast<void*>(dq), static_cast<void*>(dtable),
-                  static_cast<void*>(dpos), static_cast<void*>(dseq), static_cast<void*>(dout)})
-    cuda::device_free(p);
+                  static_cast<void*>(dpos), static_cast<void*>(dseq), static_cast<void*>(dout), dkeys,
+                  static_cast<void*>(dslot), static_cast<void*>(dcount)})
+    if (p) cuda::device_free(p);
   return why;
 }
 
-}  // namespace
-
-std::string check_cuda_attention_prompt() {
+std::string prompt_cases(bool conv) {
   try {  // head sizes other than 64 and 128 are refused before any launch
     cuda::attention_prompt(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{}, 32, 8, 96, 1.0f, nullptr);
     return "head size 96 was not refused";
@@ -152,9 +170,14 @@ std::string check_cuda_attention_prompt() {
   };
   for (int64_t page : {8, 32, 48}) cases.push_back({128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, 0, page});
   for (const PromptCase& c : cases)
-    if (auto why = prompt_case(c, rng); !why.empty())
+    if (auto why = prompt_case(c, rng, conv); !why.empty())
       return fmt::format("{}/{} heads, page {}: {}", c.nh, c.nkv, c.page, why);
   return {};
 }
+
+}  // namespace
+
+std::string check_cuda_attention_prompt() { return prompt_cases(false); }
+std::string check_cuda_attention_prompt_keys() { return prompt_cases(true); }
 
 }  // namespace tf::contract

@@ -30,6 +30,18 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t a) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
+// 16 bytes from global into shared memory, or 16 zeros where !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// All but this thread's newest n copy groups have landed.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // e in [-126, 127]
 // floor(log2 m) for a finite m > 0, subnormals included, without a branch.
 __device__ __forceinline__ int log2_floor(float m) {
@@ -51,21 +63,92 @@ __device__ __forceinline__ int prompt_row_keys(const int32_t* pos, int64_t r) {
   return pos[r] + 1 + (TF_DCTL(201) ? 1 : 0);
 }
 
-// Both tiles' fp16 keys and values (rows padded so ldmatrix's eight row addresses hit distinct banks), and per key
-// the factors that undo its power of two: 2^-ek on the scores (NaN for a key that cannot be used), 2^-ev on P.
+// A key row by its 8 lanes: K into [2^14, 2^15), V only down, 2^-ek, 2^-ev back; past 2^64, 2^30 or inf/NaN: 0, NaN.
 template <int D>
-struct F16AttnSmem {
-  __half k[2][kFK][D + 8], v[2][kFK][D + 8];
-  float kf[2][kFK], vf[2][kFK];
-};
+__device__ __forceinline__ void convert_row(const float4 (&kr)[D / 32], const float4 (&vr)[D / 32], uint2 (&hk)[D / 32],
+                                            uint2 (&hv)[D / 32], float& kf, float& vf) {
+  float mk = 0.0f, mv = 0.0f;
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) mk = fmaxf(mk, fin_abs_max4(kr[i])), mv = fmaxf(mv, fin_abs_max4(vr[i]));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) {
+    mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, off));
+    mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, off));
+  }
+  const bool bad = !(mk < 0x1p64f) || !(mv < 0x1p30f);
+  const int ek = bad ? 0 : fit_exp(mk), ev = bad ? 0 : min(0, fit_exp(mv));
+  const float fk = pow2(ek), fv = pow2(ev);
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) {
+    hk[i] = bad ? make_uint2(0u, 0u)
+                : make_uint2(half_pair(__fmul_rn(kr[i].x, fk), __fmul_rn(kr[i].y, fk)),
+                             half_pair(__fmul_rn(kr[i].z, fk), __fmul_rn(kr[i].w, fk)));
+    hv[i] = bad ? make_uint2(0u, 0u)
+                : make_uint2(half_pair(__fmul_rn(vr[i].x, fv), __fmul_rn(vr[i].y, fv)),
+                             half_pair(__fmul_rn(vr[i].z, fv), __fmul_rn(vr[i].w, fv)));
+  }
+  kf = bad ? (TF_DCTL(203) ? 1.0f : __int_as_float(0x7fffffff)) : pow2(-ek);  // planted 203: read as zeros
+  vf = pow2(-ev);
+}
 
-// A block: 16 * RW rows of one sequence pass x HB query heads of one KV head, a warp per 16 rows and head; keys in
-// 32-key tiles loaded and converted once for all warps. A row's chain depends only on its own Q and the tiles.
+// The converted keys' scratch (PromptKeys): fp16 keys, values, then the two factors, each [kv head][slot].
+struct KeyImage {
+  __half *k, *v;
+  float *kf, *vf;
+};
+__device__ __forceinline__ KeyImage key_image(void* scratch, int64_t slots, int64_t n_kv_head, int64_t D) {
+  __half* k = static_cast<__half*>(scratch);
+  float* kf = reinterpret_cast<float*>(k + 2 * n_kv_head * slots * D);
+  return {k, k + n_kv_head * slots * D, kf, kf + n_kv_head * slots};
+}
+
+// NB tiles of fp16 keys and values (rows padded: ldmatrix's eight row addresses in distinct banks), their factors.
+template <int D, int NB>
+struct F16AttnSmem {
+  __half k[NB][kFK][D + 8], v[NB][kFK][D + 8];
+  float kf[NB][kFK], vf[NB][kFK];
+};
+constexpr int kConvBufs = 3;  // converted keys: two tiles in flight while one is multiplied
+
+// One 32-key tile of a sequence and KV head (blockIdx), converted as the blocks convert theirs, into its slots.
 template <int D>
+__global__ void __launch_bounds__(kFW * 32) attention_f16_keys_kernel(PagedKv kv, PromptKeys pk, int n_kv_head) {
+  grid_wait();  // the keys are the previous kernels'
+  const int s = int(blockIdx.y), kvh = int(blockIdx.z), keys = pk.keys[s];
+  if (int(blockIdx.x) * kFK >= keys) return;
+  const int jl = threadIdx.x / 8, c8 = threadIdx.x % 8, j = int(blockIdx.x) * kFK + jl;
+  float4 kr[D / 32], vr[D / 32];
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) kr[i] = vr[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (j < keys) {
+    const int jr = TF_DCTL(209) && j + 1 < keys ? j + 1 : j;  // planted: the next position's key and value
+    const float* kp = kv_row_of(kv, s, jr, false) + int64_t(kvh) * D + 4 * c8;
+    const float* vp = kv_row_of(kv, s, jr, true) + int64_t(kvh) * D + 4 * c8;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i)
+      kr[i] = *reinterpret_cast<const float4*>(kp + 32 * i), vr[i] = *reinterpret_cast<const float4*>(vp + 32 * i);
+  }
+  uint2 hk[D / 32], hv[D / 32];
+  float kf, vf;
+  convert_row<D>(kr, vr, hk, hv, kf, vf);
+  const KeyImage im = key_image(pk.scratch, pk.slots, n_kv_head, D);
+  const int64_t row = int64_t(kvh) * pk.slots + pk.slot[s] + j;
+#pragma unroll
+  for (int i = 0; i < D / 32; ++i) {
+    *reinterpret_cast<uint2*>(im.k + row * D + 4 * c8 + 32 * i) = hk[i];
+    *reinterpret_cast<uint2*>(im.v + row * D + 4 * c8 + 32 * i) = hv[i];
+  }
+  if (c8 == 0) im.kf[row] = kf, im.vf[row] = vf;
+}
+
+// A block: 16 RW rows of a sequence x HB heads of a KV head, a warp each; 32-key tiles converted once (kConv: copied).
+template <int D, bool kConv>
 __global__ void __launch_bounds__(kFW * 32, 1)
     attention_f16_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out) {
-  __shared__ __align__(16) F16AttnSmem<D> S;
+                         PagedKv kv, int n_head, int n_kv_head, float scale, float* out, PromptKeys pk) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  constexpr int kBufs = kConv ? kConvBufs : 2;
+  auto& S = *reinterpret_cast<F16AttnSmem<D, kBufs>*>(smem_raw);
   constexpr int kVec = D / 32;                       // float4s of a key row per lane: 8 lanes a row
   constexpr uint32_t kBufBytes = kFK * (D + 8) * 2;  // one tile's keys (or values) in shared memory
   const int G = n_head / n_kv_head, HB = min(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
@@ -131,9 +214,8 @@ __global__ void __launch_bounds__(kFW * 32, 1)
                                 __fmul_rn(qv[i & 1][kk][2 * (i >> 1) + 1], f[i & 1]));
     }
     float o[D / 8][4] = {}, mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
-    // Two tiles in flight in registers: a key row's page lookup and its loads are two dependent reads.
-    float4 kr0[kVec], vr0[kVec], kr1[kVec], vr1[kVec];
     const int jl = warp * (kFK / kFW) + lane / 8, c8 = lane % 8;  // the key row this lane converts, its eighth
+    // Two tiles in flight in registers: a key row's page lookup and its loads are two dependent reads.
     auto load = [&](int tile, float4(&kr)[kVec], float4(&vr)[kVec]) {
       const int j = tile * kFK + jl;
 #pragma unroll
@@ -146,35 +228,16 @@ __global__ void __launch_bounds__(kFW * 32, 1)
           kr[i] = *reinterpret_cast<const float4*>(kp + 32 * i), vr[i] = *reinterpret_cast<const float4*>(vp + 32 * i);
       }
     };
-    // Each key row under its own power of two: K scaled into [2^14, 2^15), V only scaled down (P takes 2^-ev up to
-    // 2^15); a key past 2^64 (its 2^-ek times a score would overflow), a value past 2^30 or a non-finite element enters
-    // as zeros and makes its rows NaN.
     auto convert = [&](int buf, const float4(&kr)[kVec], const float4(&vr)[kVec]) {
-      float mk = 0.0f, mv = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) mk = fmaxf(mk, fin_abs_max4(kr[i])), mv = fmaxf(mv, fin_abs_max4(vr[i]));
-#pragma unroll
-      for (int off = 4; off > 0; off >>= 1) {
-        mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, off));
-        mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, off));
-      }
-      const bool bad = !(mk < 0x1p64f) || !(mv < 0x1p30f);
-      const int ek = bad ? 0 : fit_exp(mk), ev = bad ? 0 : min(0, fit_exp(mv));
-      const float fk = pow2(ek), fv = pow2(ev);
+      uint2 hk[kVec], hv[kVec];
+      float kf, vf;
+      convert_row<D>(kr, vr, hk, hv, kf, vf);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        const int col = 4 * c8 + 32 * i;
-        *reinterpret_cast<uint2*>(&S.k[buf][jl][col]) =
-            bad ? make_uint2(0u, 0u)
-                : make_uint2(half_pair(__fmul_rn(kr[i].x, fk), __fmul_rn(kr[i].y, fk)),
-                             half_pair(__fmul_rn(kr[i].z, fk), __fmul_rn(kr[i].w, fk)));
-        *reinterpret_cast<uint2*>(&S.v[buf][jl][col]) =
-            bad ? make_uint2(0u, 0u)
-                : make_uint2(half_pair(__fmul_rn(vr[i].x, fv), __fmul_rn(vr[i].y, fv)),
-                             half_pair(__fmul_rn(vr[i].z, fv), __fmul_rn(vr[i].w, fv)));
+        *reinterpret_cast<uint2*>(&S.k[buf][jl][4 * c8 + 32 * i]) = hk[i];
+        *reinterpret_cast<uint2*>(&S.v[buf][jl][4 * c8 + 32 * i]) = hv[i];
       }
-      if (c8 == 0)  // planted 203: a key that cannot be used read as zeros
-        S.kf[buf][jl] = bad ? (TF_DCTL(203) ? 1.0f : __int_as_float(0x7fffffff)) : pow2(-ek), S.vf[buf][jl] = pow2(-ev);
+      if (c8 == 0) S.kf[buf][jl] = kf, S.vf[buf][jl] = vf;
     };
     const uint32_t kaddr = uint32_t(__cvta_generic_to_shared(&S.k[0][lane & 7][8 * (lane >> 3)]));
     const uint32_t vaddr =
@@ -259,18 +322,54 @@ __global__ void __launch_bounds__(kFW * 32, 1)
             if ((neg0 >> (nt * 4 + e)) & 1) o[nt][e] = -0.0f;
     };
     const int n_tiles = (n_keys + kFK - 1) / kFK;
-    if (n_tiles > 0) load(0, kr0, vr0);
-    if (n_tiles > 1) load(1, kr1, vr1);
-    auto step = [&](int it, float4(&kr)[kVec], float4(&vr)[kVec]) {
-      convert(it & 1, kr, vr);
-      if (it + 2 < n_tiles) load(it + 2, kr, vr);  // in flight while this tile and the next are multiplied
-      __syncthreads();  // the tile is converted, and no warp still reads the buffer two tiles back
-      if (active && it * kFK < wkeys) tile_pass(it & 1, it * kFK);
-    };
+    if constexpr (kConv) {
+      const KeyImage im = key_image(pk.scratch, pk.slots, n_kv_head, D);
+      const int64_t head0 = int64_t(kvh_read) * pk.slots + pk.slot[seq];
+      // A tile's 16-byte pieces, zeros past the pass's keys as in the blocks' own tiles; its factors as converted.
+      auto copy = [&](int tile, int buf) {
+        if (tile < n_tiles) {
+#pragma unroll
+          for (int p = 0; p < D / 64; ++p) {
+            const int c = int(threadIdx.x) + kFW * 32 * p, r = c / (D / 8), col = 8 * (c % (D / 8));
+            const int j = tile * kFK + r;
+            const int64_t at = (head0 + j) * D + col;
+            cp_async16(&S.k[buf][r][col], j < n_keys ? im.k + at : im.k, j < n_keys);
+            cp_async16(&S.v[buf][r][col], j < n_keys ? im.v + at : im.v, j < n_keys);
+          }
+          if (threadIdx.x < 16) {  // eight pieces of four factors each, of kf then vf
+            const int c = threadIdx.x % 8;
+            const int64_t at = head0 + tile * kFK + 4 * c;
+            const bool kf = (threadIdx.x < 8) != TF_DCTL(210);  // planted: key and value factors swapped
+            cp_async16(threadIdx.x < 8 ? &S.kf[buf][4 * c] : &S.vf[buf][4 * c], (kf ? im.kf : im.vf) + at, true);
+          }
+        }
+        cp_async_commit();  // one group a tile, empty past the last, so the waits count tiles
+      };
+      copy(0, 0);
+      copy(1, 1);
 #pragma unroll 1
-    for (int it = 0; it < n_tiles; it += 2) {
-      step(it, kr0, vr0);
-      if (it + 1 < n_tiles) step(it + 1, kr1, vr1);
+      for (int it = 0; it < n_tiles; ++it) {
+        cp_async_wait<1>();  // this thread's pieces of tile it
+        __syncthreads();     // everyone's; and no warp still reads tile it - 1, whose buffer tile it + 2 takes
+        copy(it + 2, (it + 2) % kConvBufs);
+        if (active && it * kFK < wkeys) tile_pass(it % kConvBufs, it * kFK);
+      }
+      cp_async_wait<0>();
+    } else {
+      float4 kr0[kVec], vr0[kVec], kr1[kVec], vr1[kVec];
+      if (n_tiles > 0) load(0, kr0, vr0);
+      if (n_tiles > 1) load(1, kr1, vr1);
+      auto step = [&](int it, float4(&kr)[kVec], float4(&vr)[kVec]) {
+        convert(it & 1, kr, vr);
+        if (it + 2 < n_tiles) load(it + 2, kr, vr);  // in flight while this tile and the next are multiplied
+        __syncthreads();  // the tile is converted, and no warp still reads the buffer two tiles back
+        if (active && it * kFK < wkeys) tile_pass(it & 1, it * kFK);
+      };
+#pragma unroll 1
+      for (int it = 0; it < n_tiles; it += 2) {
+        step(it, kr0, vr0);
+        if (it + 1 < n_tiles) step(it + 1, kr1, vr1);
+      }
     }
     __syncthreads();  // the next pass refills the buffers
 #pragma unroll
@@ -294,8 +393,30 @@ bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_he
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0;
 }
 
+size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim) {
+  return size_t(n_kv_head * slots) * (4 * size_t(head_dim) + 8);  // fp16 keys and values, two f32 factors
+}
+
+namespace {
+template <int D, bool kConv>
+void launch_f16(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
+                const PagedKv& kv, int n_head, int n_kv_head, float scale, float* out, const PromptKeys& pk) {
+  constexpr int kBufs = kConv ? kConvBufs : 2;
+  constexpr size_t bytes = sizeof(F16AttnSmem<D, kBufs>);
+  static const cudaError_t ready =
+      cudaFuncSetAttribute(attention_f16_kernel<D, kConv>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  cuda_check(ready, "prompt attention: shared memory");
+  if constexpr (kConv)
+    launch_k(attention_f16_keys_kernel<D>, dim3(unsigned(pk.max_tiles), unsigned(pk.n_seqs), unsigned(n_kv_head)),
+             kFW * 32, 0, kv, pk, n_kv_head);
+  launch_k(attention_f16_kernel<D, kConv>, grid, kFW * 32, bytes, q, q_stride, n_rows, pos, row_seq, kv, n_head,
+           n_kv_head, scale, out, pk);
+}
+}  // namespace
+
 void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                      const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out) {
+                      const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
+                      const PromptKeys* keys) {
   if (!attention_prompt_supports(head_dim, n_head, n_kv_head))
     throw std::runtime_error(
         "attention: the fp16 prompt kernel takes head size 64 or 128 and whole groups of query "
@@ -307,12 +428,17 @@ void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const in
   upload_control();
   const int64_t G = n_head / n_kv_head, HB = std::min<int64_t>(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
   const dim3 grid(unsigned((n_rows + 16 * RW - 1) / (16 * RW)), unsigned(n_kv_head * HG));
+  const bool conv = keys && keys->scratch;
+  if (conv && (keys->n_seqs <= 0 || keys->max_tiles <= 0 || keys->slots % kFK != 0))
+    throw std::logic_error("attention: converted prompt keys need sequences, tiles and a whole number of tiles' slots");
+  const PromptKeys pk = conv ? *keys : PromptKeys{};
+  auto go = [&](auto launch) {
+    launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, pk);
+  };
   if (head_dim == 64)
-    launch_k(attention_f16_kernel<64>, grid, kFW * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
-             int(n_kv_head), scale, out);
+    conv ? go(launch_f16<64, true>) : go(launch_f16<64, false>);
   else
-    launch_k(attention_f16_kernel<128>, grid, kFW * 32, 0, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
-             int(n_kv_head), scale, out);
+    conv ? go(launch_f16<128, true>) : go(launch_f16<128, false>);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA prompt attention: ") + cudaGetErrorString(e));
 }

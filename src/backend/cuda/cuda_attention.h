@@ -54,8 +54,18 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
 // tensor-core chains over 32-key tiles at absolute positions, the online softmax in f32. A key past 2^64, a value past
 // 2^30 or a non-finite element makes the rows that attend it NaN. Row-invariant, but not the bits of attention_mma.
 bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head);
+// Keys converted once a call instead of by each block (the same bits; null: by each block): sequence s's keys
+// [0, keys[s]) at slots from slot[s] (a multiple of 32) of a scratch of [kv head][slot] fp16 keys, values, factors.
+struct PromptKeys {
+  void* scratch = nullptr;  // attention_prompt_keys_bytes(slots, ...)
+  const int32_t* slot = nullptr;
+  const int32_t* keys = nullptr;
+  int64_t slots = 0;  // the scratch's capacity, which sets its strides
+  int n_seqs = 0, max_tiles = 0;  // sequences, and the most 32-key tiles any of them holds
+};
+size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim);
 void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
-                      const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale,
-                      float* out);
+                      const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
+                      const PromptKeys* keys = nullptr);
 
 }  // namespace tf::cuda

@@ -168,6 +168,17 @@ std::vector<KernelRecord> make_records() {
         {206, "the last row written one row late"},
         {207, "a row reads its neighbour's query"},
         {208, "P without its values' 2^-ev"}}});
+  r.push_back({"attention_prompt_keys",
+               "cuda",
+               {"f32"},
+               "as attention_prompt, its keys converted once a call by attention_f16_keys_kernel (a block a 32-key "
+               "tile, sequence and KV head, convert_row as the prompt kernel's blocks) into [kv head][slot] fp16 rows "
+               "and factors, which each block copies by cp.async instead of converting its own",
+               "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
+               "output against the blocks' own conversion bit for bit, every row against itself alone; a canary "
+               "after the output",
+               "bit-equal to attention_prompt (the same tiles in shared memory), so its bound",
+               {{209, "a key converted from the next position"}, {210, "a tile's key and value factors swapped"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",

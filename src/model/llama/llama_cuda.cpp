@@ -348,7 +348,7 @@ void LlamaCudaModel::release_device() noexcept {
   }
   weights_ = images_ = scratch_ = staging_dev_ = nullptr;
   kv_ = nullptr;
-  att_part_ = nullptr;
+  att_part_ = nullptr, prompt_keys_ = nullptr;
 }
 
 int64_t LlamaCudaModel::partial_floats(DevWeight DevLayer::*m, int64_t rows) const {
@@ -368,13 +368,23 @@ size_t LlamaCudaModel::product_scratch(int64_t rows) const {
   return need;
 }
 
+// Chunk-parallel attention's partials, then (256-aligned) the converted prompt keys.
 size_t LlamaCudaModel::att_part_bytes(int64_t n_pages, int64_t page_size) const {
   const auto& c = cfg_;
   // Chunk-parallel attention's partials: no sequence holds more keys than the pool (or the CUDA context limit).
   const int64_t keys = std::min<int64_t>(kCudaMaxContext, n_pages * page_size);
-  return cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
-             ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, keys)
-             : 0;
+  const size_t part = cuda::attention_mma_supports(c.head_dim_k, c.n_head, c.n_head_kv)
+                          ? cuda::attention_chunk_bytes(kAttnChunkRows, c.n_head, c.head_dim_k, keys)
+                          : 0;
+  const int64_t slots = prompt_key_slots(n_pages, page_size);
+  return slots ? (part + 255) / 256 * 256 + cuda::attention_prompt_keys_bytes(slots, c.n_head_kv, c.head_dim_k) : part;
+}
+
+// One sequence of the longest context a round can hold; rounds whose keys take more slots convert in each block.
+int64_t LlamaCudaModel::prompt_key_slots(int64_t n_pages, int64_t page_size) const {
+  const auto& c = cfg_;
+  if (!prompt_f16_ || !cuda::attention_prompt_supports(c.head_dim_k, c.n_head, c.n_head_kv)) return 0;
+  return (std::min<int64_t>(kCudaMaxContext, n_pages * page_size) + 31) / 32 * 32;
 }
 
 size_t LlamaCudaModel::kv_bytes(int64_t n_pages, int64_t page_size) const {
@@ -410,7 +420,7 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   if (kv_) cuda::device_free(kv_);
   kv_ = nullptr, kv_pages_ = 0;  // no pool until the new one exists, so a failed allocation leaves nothing dangling
   if (att_part_) cuda::device_free(att_part_);
-  att_part_ = nullptr, att_part_bytes_ = 0, att_keys_ = 0;
+  att_part_ = nullptr, att_part_bytes_ = 0, att_keys_ = 0, prompt_keys_ = nullptr, prompt_slots_ = 0;
   auto alloc = [&](size_t n) {  // what the check allowed may still fail (fragmentation): images go first then too
     try {
       return cuda::device_alloc(n);
@@ -422,6 +432,11 @@ void LlamaCudaModel::bind_kv(int64_t n_pages, int64_t page_size) {
   if (att_bytes) {
     att_part_ = static_cast<float*>(alloc(att_bytes));
     att_part_bytes_ = att_bytes, att_keys_ = att_keys;
+    if (const int64_t slots = prompt_key_slots(n_pages, page_size)) {
+      const size_t keys_bytes = cuda::attention_prompt_keys_bytes(slots, cfg_.n_head_kv, cfg_.head_dim_k);
+      prompt_keys_ = reinterpret_cast<char*>(att_part_) + (att_bytes - keys_bytes);
+      prompt_slots_ = slots;
+    }
   }
   kv_ = static_cast<float*>(alloc(bytes));
   kv_pages_ = n_pages;
@@ -480,7 +495,7 @@ void LlamaCudaModel::ensure_capacity(int64_t n_rows, int64_t n_logit_rows, int64
   for (int64_t s : sizes) total += align_up(size_t(s) * 4);
   total +=
       align_up(size_t(LR) * sizeof(cuda::RowCandidatesDev)) + align_up(cuda::candidates_scratch_bytes(LR, c.n_vocab));
-  const size_t staging = align_up(size_t(4 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
+  const size_t staging = align_up(size_t(6 * R + table) * 4) + align_up(size_t(R * c.n_rot) * 4) +
                          align_up(size_t(R) * sizeof(cuda::SampleRow));
   // The new buffers first: if one cannot be had, the old ones (and the old capacity) stay as they were.
   void *scratch = nullptr, *dev = nullptr, *host = nullptr;

@@ -58,6 +58,7 @@ class LlamaCudaModel : public Model {
   void drop_graphs();
   size_t kv_bytes(int64_t n_pages, int64_t page_size) const;  // the pool's keys and values alone
   size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
+  int64_t prompt_key_slots(int64_t n_pages, int64_t page_size) const;  // converted prompt keys the partials hold
   void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
   // Graphs, pinned staging and device memory, for the destructor or a failed load only: other state is left stale.
@@ -104,7 +105,10 @@ class LlamaCudaModel : public Model {
   float* att_part_ = nullptr;  // chunk-parallel attention's partial states (kAttnChunkRows rows, att_keys_ keys)
   size_t att_part_bytes_ = 0;
   int64_t att_keys_ = 0;
-  int64_t round_seqs_ = 0;  // sequences among the staged round's rows
+  void* prompt_keys_ = nullptr;  // in att_part_: prompt keys converted once a layer (cuda::PromptKeys), or none
+  int64_t prompt_slots_ = 0;
+  int64_t round_seqs_ = 0;                     // sequences among the staged round's rows
+  int64_t round_slots_ = 0, round_tiles_ = 0;  // their keys' slots and the most 32-key tiles of one
   bool graphs_on_ = true;
   double last_device_ms_ = 0;
   int64_t last_logit_rows_ = 0;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -22,7 +23,7 @@ constexpr int64_t kMaxKeys = kCudaMaxContext;
 // Where each input lives in the staging buffers; fixed by (rows, page-table width) so a graph can keep them.
 struct Layout {
   int64_t n, width, half;
-  size_t ints_bytes() const { return align_up(size_t(4 * n + n * width) * 4); }
+  size_t ints_bytes() const { return align_up(size_t(6 * n + n * width) * 4); }
   size_t floats_bytes() const { return align_up(size_t(2 * n * half) * 4); }
   size_t total(bool sample) const {
     return ints_bytes() + floats_bytes() + (sample ? size_t(n) * sizeof(cuda::SampleRow) : 0);
@@ -32,6 +33,8 @@ struct Layout {
   int32_t* row_seq(void* b) const { return ids(b) + 2 * n; }
   int32_t* logit_idx(void* b) const { return ids(b) + 3 * n; }
   int32_t* table(void* b) const { return ids(b) + 4 * n; }
+  int32_t* key_slot(void* b) const { return table(b) + n * width; }  // per sequence: its converted keys' first slot
+  int32_t* key_count(void* b) const { return key_slot(b) + n; }      // and how many keys its rows attend
   float* cos(void* b) const { return reinterpret_cast<float*>(static_cast<char*>(b) + ints_bytes()); }
   float* sin(void* b) const { return cos(b) + n * half; }
   cuda::SampleRow* samples(void* b) const {
@@ -89,6 +92,16 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
       const RowSampling& s = (*sampling)[size_t(i)];
       L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos};
     }
+  }
+  // Each sequence's keys as the prompt attention converts them once a layer: whole 32-key tiles, one after another.
+  round_slots_ = round_tiles_ = 0;
+  for (int64_t s = 0; s <= seq; ++s) L.key_count(h)[s] = 0;
+  for (int64_t r = 0; r < n; ++r)
+    L.key_count(h)[L.row_seq(h)[r]] = std::max(L.key_count(h)[L.row_seq(h)[r]], L.pos(h)[r] + 1);
+  for (int64_t s = 0; s <= seq; ++s) {
+    const int64_t tiles = (L.key_count(h)[s] + 31) / 32;
+    L.key_slot(h)[s] = int32_t(std::min<int64_t>(round_slots_, INT32_MAX));
+    round_slots_ += 32 * tiles, round_tiles_ = std::max(round_tiles_, tiles);
   }
   cuda::copy_to_device_async(staging_dev_, staging_host_, L.total(sampling != nullptr));
   round_seqs_ = seq + 1;
@@ -213,7 +226,12 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
     cuda::SplitX pre_o;
     if (prompt && cuda::attention_prompt_supports(D, c.n_head, c.n_head_kv)) {
       // Prompt rows: one fp16 mma a step, like their products; the output product splits its x itself.
-      cuda::attention_prompt(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_);
+      // Its keys converted once for all blocks where the round's fit the scratch (the same bits either way).
+      const cuda::PromptKeys pk{prompt_keys_,  L.key_slot(d),    L.key_count(d),
+                                prompt_slots_, int(round_seqs_), int(round_tiles_)};
+      const bool conv = prompt_keys_ && round_slots_ <= prompt_slots_;
+      cuda::attention_prompt(q_, q_stride, n, L.pos(d), L.row_seq(d), kv, c.n_head, c.n_head_kv, D, scale, att_,
+                             conv ? &pk : nullptr);
     } else if (cuda::attention_mma_supports(D, c.n_head, c.n_head_kv)) {
       if (Dq % 64 == 0 && !fp(Ly.wo)) pre_o = {xs_, xsum_};  // Q|K|V's split is spent; the output product reads this
       // No row holds more keys than the pool, which the partials were sized for.
