@@ -144,6 +144,39 @@ TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
   }
 }
 
+// Prompt attention converts a round's keys once a layer (one full-context sequence's worth of slots, whole 32-key
+// tiles a sequence); a round that needs more slots converts in each block. Either way each row has its bits alone.
+TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOrInEachBlock) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  LlamaCudaModel m(std::make_shared<GgufFile>(write_model()));
+  std::vector<int32_t> ids_a(40), ids_b(23), ones(17);
+  for (size_t i = 0; i < ids_a.size(); ++i) ids_a[i] = int32_t((i * 37 + 11) % kV);
+  for (size_t i = 0; i < ids_b.size(); ++i) ids_b[i] = int32_t((i * 53 + 7) % kV);
+  for (size_t i = 0; i < ones.size(); ++i) ones[i] = int32_t((i * 29 + 3) % kV);
+  const std::vector<float> alone_a = feed(m, ids_a, 40, true), alone_b = feed(m, ids_b, 23, true);
+  std::vector<std::vector<float>> alone_one;
+  for (int32_t id : ones) alone_one.push_back(feed(m, {id}, 1, true));
+  // A pool of 512 tokens: 512 slots. A (40 keys) and B (23) take 64 + 32; seventeen one-token prompts take 17 x 32.
+  KvCache kv(32, 16, 0);
+  m.bind_kv(32, 16);
+  KvLease a = *kv.acquire({}, 48), b = *kv.acquire({}, 32);
+  std::vector<BatchRow> two;
+  for (int32_t i = 0; i < 23; ++i) two.push_back({&b.pages, ids_b[size_t(i)], i, true, true});
+  for (int32_t i = 0; i < 40; ++i) two.push_back({&a.pages, ids_a[size_t(i)], i, true, true});
+  std::vector<float> got(63 * size_t(kV));
+  m.forward(two, got.data());
+  EXPECT_EQ(std::memcmp(alone_b.data(), got.data(), 23 * size_t(kV) * 4), 0) << "B's rows beside A's";
+  EXPECT_EQ(std::memcmp(alone_a.data(), got.data() + 23 * size_t(kV), 40 * size_t(kV) * 4), 0) << "A's rows beside B's";
+  std::vector<KvLease> leases;
+  for (size_t i = 0; i < ones.size(); ++i) leases.push_back(*kv.acquire({}, 16));
+  std::vector<BatchRow> many;
+  for (size_t i = 0; i < ones.size(); ++i) many.push_back({&leases[i].pages, ones[i], 0, true, true});
+  got.assign(ones.size() * size_t(kV), 0.0f);
+  m.forward(many, got.data());
+  for (size_t i = 0; i < ones.size(); ++i)
+    EXPECT_EQ(std::memcmp(alone_one[i].data(), got.data() + i * size_t(kV), kV * 4), 0) << "one-token prompt " << i;
+}
+
 TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) {
   if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
   if (cuda::prompt_image_mode() != -1) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE is set: images are not the default's";
