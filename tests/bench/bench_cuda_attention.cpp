@@ -94,12 +94,15 @@ int main() {
     }
     cuda::attention_force_build(-1);
     // Prompt rows take the fp16 kernel (compute capability 9.0), converting keys in each block or once a call.
-    const int64_t slots = (keys + 31) / 32 * 32;
+    const int64_t n_seqs = c.seqs == 1 ? 1 : c.rows;
+    std::vector<int32_t> key_slot(size_t(n_seqs), 0), key_count(size_t(n_seqs), 0);
+    int64_t tiles = 0;
+    const int64_t slots =
+        cuda::prompt_key_layout(pos.data(), seq.data(), c.rows, n_seqs, key_slot.data(), key_count.data(), tiles);
     void* dkeys = c.rows > 1 && c.seqs == 1 ? cuda::device_alloc(cuda::attention_prompt_keys_bytes(slots, kKvHeads, kD))
                                             : nullptr;
-    const std::vector<int32_t> key_slot = {0}, key_count = {int32_t(keys)};
     int32_t *dslot = upload(key_slot), *dcount = upload(key_count);
-    const cuda::PromptKeys pk{dkeys, dslot, dcount, slots, 1, int(slots / 32)};
+    const cuda::PromptKeys pk{dkeys, dslot, dcount, slots, int(n_seqs), int(tiles)};
     for (const bool conv : {false, true}) {
       if (!dkeys) break;
       const char* what = conv ? "fp16 prompt kernel, keys converted once" : "fp16 prompt kernel";

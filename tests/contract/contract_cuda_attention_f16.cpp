@@ -60,14 +60,10 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng, bool conv) {
   float* dout = upload(canary);
   cuda::PagedKv kv{dpool, page_floats, 0, P, kvr, dtable, max_pages};
   // Each sequence's keys at whole 32-key tiles one after another, in a scratch with room to spare (its strides).
-  std::vector<int32_t> key_slot(static_cast<size_t>(n_seq)), key_count(static_cast<size_t>(n_seq), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    key_count[size_t(c.seq[size_t(r)])] = std::max(key_count[size_t(c.seq[size_t(r)])], c.pos[size_t(r)] + 1);
-  int64_t slots = 0, tiles = 0;
-  for (int64_t s = 0; s < n_seq; ++s)
-    key_slot[size_t(s)] = int32_t(slots), slots += (key_count[size_t(s)] + 31) / 32 * 32,
-    tiles = std::max<int64_t>(tiles, (key_count[size_t(s)] + 31) / 32);
-  slots += 64;
+  std::vector<int32_t> key_slot(static_cast<size_t>(n_seq)), key_count(static_cast<size_t>(n_seq));
+  int64_t tiles = 0;
+  const int64_t slots =
+      cuda::prompt_key_layout(c.pos.data(), c.seq.data(), rows, n_seq, key_slot.data(), key_count.data(), tiles) + 64;
   void* dkeys = conv ? cuda::device_alloc(cuda::attention_prompt_keys_bytes(slots, nkv, hd)) : nullptr;
   int32_t *dslot = upload(key_slot), *dcount = upload(key_count);
   const cuda::PromptKeys pk{dkeys, dslot, dcount, slots, int(n_seq), int(tiles)};

@@ -60,10 +60,25 @@ struct PromptKeys {
   void* scratch = nullptr;  // attention_prompt_keys_bytes(slots, ...)
   const int32_t* slot = nullptr;
   const int32_t* keys = nullptr;
-  int64_t slots = 0;  // the scratch's capacity, which sets its strides
+  int64_t slots = 0;              // the scratch's capacity, which sets its strides
   int n_seqs = 0, max_tiles = 0;  // sequences, and the most 32-key tiles any of them holds
 };
 size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim);
+// The layout on the host: rows' positions and sequences (0 .. n_seqs - 1) give each sequence's keys and first slot
+// (whole 32-key tiles one after another); returns the slots they take, and the most tiles of one in max_tiles.
+inline int64_t prompt_key_layout(const int32_t* pos, const int32_t* row_seq, int64_t n_rows, int64_t n_seqs,
+                                 int32_t* slot, int32_t* keys, int64_t& max_tiles) {
+  for (int64_t s = 0; s < n_seqs; ++s) keys[s] = 0;
+  for (int64_t r = 0; r < n_rows; ++r) keys[row_seq[r]] = keys[row_seq[r]] > pos[r] + 1 ? keys[row_seq[r]] : pos[r] + 1;
+  int64_t slots = 0;
+  max_tiles = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int64_t tiles = (int64_t(keys[s]) + 31) / 32;
+    slot[s] = int32_t(slots < INT32_MAX ? slots : INT32_MAX);  // a round past int32 slots never fits the scratch
+    slots += 32 * tiles, max_tiles = tiles > max_tiles ? tiles : max_tiles;
+  }
+  return slots;
+}
 void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                       const PagedKv& kv, int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale, float* out,
                       const PromptKeys* keys = nullptr);

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -93,16 +92,9 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
       L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos};
     }
   }
-  // Each sequence's keys as the prompt attention converts them once a layer: whole 32-key tiles, one after another.
-  round_slots_ = round_tiles_ = 0;
-  for (int64_t s = 0; s <= seq; ++s) L.key_count(h)[s] = 0;
-  for (int64_t r = 0; r < n; ++r)
-    L.key_count(h)[L.row_seq(h)[r]] = std::max(L.key_count(h)[L.row_seq(h)[r]], L.pos(h)[r] + 1);
-  for (int64_t s = 0; s <= seq; ++s) {
-    const int64_t tiles = (L.key_count(h)[s] + 31) / 32;
-    L.key_slot(h)[s] = int32_t(std::min<int64_t>(round_slots_, INT32_MAX));
-    round_slots_ += 32 * tiles, round_tiles_ = std::max(round_tiles_, tiles);
-  }
+  // Each sequence's keys as the prompt attention converts them once a layer.
+  round_slots_ =
+      cuda::prompt_key_layout(L.pos(h), L.row_seq(h), n, seq + 1, L.key_slot(h), L.key_count(h), round_tiles_);
   cuda::copy_to_device_async(staging_dev_, staging_host_, L.total(sampling != nullptr));
   round_seqs_ = seq + 1;
   return width;
