@@ -139,6 +139,19 @@ std::string prompt_cases(bool conv) {
     if (std::string(e.what()).find("not head size 96 with 32/8 heads") == std::string::npos)
       return std::string("head size 96 refused for another reason: ") + e.what();
   }
+  if (conv) {  // converted keys whose slots are not whole tiles, or with no sequence, are refused before any launch
+    int32_t dummy = 0;
+    for (const cuda::PromptKeys& bad :
+         {cuda::PromptKeys{&dummy, &dummy, &dummy, 40, 1, 2}, cuda::PromptKeys{&dummy, &dummy, &dummy, 64, 0, 2}}) {
+      try {
+        cuda::attention_prompt(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{}, 32, 8, 128, 1.0f, nullptr, &bad);
+        return fmt::format("converted keys of {} slots and {} sequences were not refused", bad.slots, bad.n_seqs);
+      } catch (const std::logic_error& e) {
+        if (std::string(e.what()).find("whole number of tiles' slots") == std::string::npos)
+          return std::string("bad converted keys refused for another reason: ") + e.what();
+      }
+    }
+  }
   std::mt19937 rng(31);
   const std::vector<int32_t> dpos = {0, 5, 1999, 300, 77}, dseq = {0, 0, 1, 1, 0};
   std::vector<int32_t> cpos, cseq;  // a prefill chunk with another sequence's rows inside and after it

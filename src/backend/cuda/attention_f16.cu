@@ -424,13 +424,13 @@ void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const in
         std::to_string(head_dim) + " with " + std::to_string(n_head) + "/" + std::to_string(n_kv_head) + " heads");
   if (launch_device().major < 9)  // built for sm_90a and compute_90 only
     throw std::runtime_error("attention: the fp16 prompt kernel needs compute capability 9.0");
+  const bool conv = keys && keys->scratch;
+  if (conv && (keys->n_seqs <= 0 || keys->max_tiles <= 0 || keys->slots % kFK != 0 || !keys->slot || !keys->keys))
+    throw std::logic_error("attention: converted prompt keys need sequences, tiles and a whole number of tiles' slots");
   if (n_rows == 0) return;
   upload_control();
   const int64_t G = n_head / n_kv_head, HB = std::min<int64_t>(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
   const dim3 grid(unsigned((n_rows + 16 * RW - 1) / (16 * RW)), unsigned(n_kv_head * HG));
-  const bool conv = keys && keys->scratch;
-  if (conv && (keys->n_seqs <= 0 || keys->max_tiles <= 0 || keys->slots % kFK != 0))
-    throw std::logic_error("attention: converted prompt keys need sequences, tiles and a whole number of tiles' slots");
   const PromptKeys pk = conv ? *keys : PromptKeys{};
   auto go = [&](auto launch) {
     launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, pk);

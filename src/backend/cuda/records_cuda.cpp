@@ -176,7 +176,7 @@ std::vector<KernelRecord> make_records() {
                "and factors, which each block copies by cp.async instead of converting its own",
                "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
                "output against the blocks' own conversion bit for bit, every row against itself alone; a canary "
-               "after the output",
+               "after the output; slots of no whole tiles and no sequences refused before any launch",
                "bit-equal to attention_prompt (the same tiles in shared memory), so its bound",
                {{209, "a key converted from the next position"}, {210, "a tile's key and value factors swapped"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
