@@ -108,7 +108,7 @@ struct F16AttnSmem {
   __half k[NB][kFK][D + 8], v[NB][kFK][D + 8];
   float kf[NB][kFK], vf[NB][kFK];
 };
-constexpr int kConvBufs = 3;  // converted keys: two tiles in flight while one is multiplied
+constexpr int kConvBufs = 6;  // converted keys: three steps of two tiles
 
 // One 32-key tile of a sequence and KV head (blockIdx), converted as the blocks convert theirs, into its slots.
 template <int D>
@@ -242,85 +242,99 @@ __global__ void __launch_bounds__(kFW * 32, 1)
     const uint32_t kaddr = uint32_t(__cvta_generic_to_shared(&S.k[0][lane & 7][8 * (lane >> 3)]));
     const uint32_t vaddr =
         uint32_t(__cvta_generic_to_shared(&S.v[0][(lane & 7) + 8 * ((lane >> 3) & 1)][8 * (lane >> 4)]));
-    auto tile_pass = [&](int buf, int kb) {
-      float s[4][4] = {};
+    // NT tiles in buffers b0.. from key kb: their scores together, then per tile in key order the softmax and P V
+    // steps of one tile at a time, so a row's bits do not depend on NT.
+    auto tiles_pass = [&](auto nt_count, int b0, int kb) {
+      constexpr int NT = decltype(nt_count)::value;
+      float s[NT][4][4] = {};
 #pragma unroll
       for (int k2 = 0; k2 < D / 32; ++k2)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
-          uint32_t b[4];
-          ldsm_x4(b, kaddr + buf * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
-          mma_m16n8k16_f16(s[nt], qa[2 * k2], b[0], b[1]);
-          mma_m16n8k16_f16(s[nt], qa[2 * k2 + 1], b[2], b[3]);
-          if (TF_DCTL(205))  // planted: the score chain kept in fp16
+        for (int u = 0; u < NT; ++u)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[nt][e] = __half2float(__float2half_rn(s[nt][e]));
+          for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
+            uint32_t b[4];
+            ldsm_x4(b, kaddr + (b0 + u) * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
+            mma_m16n8k16_f16(s[u][nt], qa[2 * k2], b[0], b[1]);
+            mma_m16n8k16_f16(s[u][nt], qa[2 * k2 + 1], b[2], b[3]);
+            if (TF_DCTL(205))  // planted: the score chain kept in fp16
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[u][nt][e] = __half2float(__float2half_rn(s[u][nt][e]));
+          }
+      float alpha[NT][2];
+#pragma unroll
+      for (int u = 0; u < NT; ++u) {
+        float bmax[2] = {-INFINITY, -INFINITY}, rs[2];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float2 kf = *reinterpret_cast<const float2*>(&S.kf[b0 + u][8 * nt + 2 * t]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = kb + kFK * u + 8 * nt + 2 * t + (e & 1);
+            s[u][nt][e] =
+                j < lim[e >> 1] ? __fmul_rn(__fmul_rn(s[u][nt][e], (e & 1) ? kf.y : kf.x), qf[e >> 1]) : -INFINITY;
+            bmax[e >> 1] = fmaxf(bmax[e >> 1], s[u][nt][e]);
+          }
         }
-      float bmax[2] = {-INFINITY, -INFINITY}, vf[4][2];
+        softmax_rescale<true>(bmax, mrun, alpha[u]);
+        softmax_exp<true>(s[u], mrun, rs);  // a row yet to see a key has its P used nowhere
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const float2 kf = *reinterpret_cast<const float2*>(&S.kf[buf][8 * nt + 2 * t]);
-        const float2 v2 = *reinterpret_cast<const float2*>(&S.vf[buf][8 * nt + 2 * t]);
-        vf[nt][0] = TF_DCTL(208) ? 1.0f : v2.x, vf[nt][1] = TF_DCTL(208) ? 1.0f : v2.y;  // planted: 2^-ev lost
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = kb + 8 * nt + 2 * t + (e & 1);
-          s[nt][e] = j < lim[e >> 1] ? __fmul_rn(__fmul_rn(s[nt][e], (e & 1) ? kf.y : kf.x), qf[e >> 1]) : -INFINITY;
-          bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
-        }
-      }
-      float alpha[2], rs[2];
-      softmax_rescale<true>(bmax, mrun, alpha);
-      softmax_exp<true>(s, mrun, rs);  // a row yet to see a key has its P used nowhere
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
-        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
-        rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
-        lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
-      }
-      // P times each key's 2^-ev (exact, at most 2^15) as A fragments, keys along k, 16 a step.
-      uint32_t pa[2][4];
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int nt = 2 * kk + (i >> 1), e = 2 * (i & 1);
-          pa[kk][i] = half_pair(__fmul_rn(s[nt][e], vf[nt][0]), __fmul_rn(s[nt][e + 1], vf[nt][1]));
-        }
-      // A row whose keys all lie before this tile adds only zero products: keep its -0 outputs bit for bit.
-      const bool done0 = kb >= lim[0], done1 = kb >= lim[1];
-      const bool any_done = __any_sync(0xffffffffu, done0 || done1);
-      uint64_t neg0 = 0;
-      if (any_done)
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (((e >> 1) ? done1 : done0) && __float_as_uint(o[nt][e]) == 0x80000000u)
-              neg0 |= uint64_t(1) << (nt * 4 + e);
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))  // times 1 changes no bit
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[nt][e] = __fmul_rn(o[nt][e], alpha[e >> 1]);
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        if (TF_DCTL(204) && kk == 1) break;  // planted: a tile's last 16 keys lost
-#pragma unroll
-        for (int n2 = 0; n2 < D / 16; ++n2) {  // keys 16 kk + 8 (m & 1).., columns 16 n2 + 8 (m >> 1)
-          uint32_t b[4];
-          ldsm_x4_trans(b, vaddr + buf * kBufBytes + (16 * kk * (D + 8) + 16 * n2) * 2);
-          mma_m16n8k16_f16(o[2 * n2], pa[kk], b[0], b[1]);
-          mma_m16n8k16_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
+        for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
+          rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
+          lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[u][hr]), rs[hr]);
         }
       }
-      if (any_done)
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
+      for (int u = 0; u < NT; ++u) {
+        const int kt = kb + kFK * u;
+        // P times each key's 2^-ev (exact, at most 2^15) as A fragments, keys along k, 16 a step.
+        uint32_t pa[2][4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if ((neg0 >> (nt * 4 + e)) & 1) o[nt][e] = -0.0f;
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int nt = 2 * kk + (i >> 1), e = 2 * (i & 1);
+            const float2 v2 = *reinterpret_cast<const float2*>(&S.vf[b0 + u][8 * nt + 2 * t]);
+            const float vf0 = TF_DCTL(208) ? 1.0f : v2.x, vf1 = TF_DCTL(208) ? 1.0f : v2.y;  // planted: 2^-ev lost
+            pa[kk][i] = half_pair(__fmul_rn(s[u][nt][e], vf0), __fmul_rn(s[u][nt][e + 1], vf1));
+          }
+        // A row whose keys all lie before this tile adds only zero products: keep its -0 outputs bit for bit.
+        const bool done0 = kt >= lim[0], done1 = kt >= lim[1];
+        const bool any_done = __any_sync(0xffffffffu, done0 || done1);
+        uint64_t neg0 = 0;
+        if (any_done)
+#pragma unroll
+          for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (((e >> 1) ? done1 : done0) && __float_as_uint(o[nt][e]) == 0x80000000u)
+                neg0 |= uint64_t(1) << (nt * 4 + e);
+        if (__any_sync(0xffffffffu, alpha[u][0] != 1.0f || alpha[u][1] != 1.0f))  // times 1 changes no bit
+#pragma unroll
+          for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[nt][e] = __fmul_rn(o[nt][e], alpha[u][e >> 1]);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          if (TF_DCTL(204) && kk == 1) break;  // planted: a tile's last 16 keys lost
+#pragma unroll
+          for (int n2 = 0; n2 < D / 16; ++n2) {  // keys 16 kk + 8 (m & 1).., columns 16 n2 + 8 (m >> 1)
+            uint32_t b[4];
+            ldsm_x4_trans(b, vaddr + (b0 + u) * kBufBytes + (16 * kk * (D + 8) + 16 * n2) * 2);
+            mma_m16n8k16_f16(o[2 * n2], pa[kk], b[0], b[1]);
+            mma_m16n8k16_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
+          }
+        }
+        if (any_done)
+#pragma unroll
+          for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if ((neg0 >> (nt * 4 + e)) & 1) o[nt][e] = -0.0f;
+      }
     };
+    auto tile_pass = [&](int buf, int kb) { tiles_pass(std::integral_constant<int, 1>{}, buf, kb); };
     const int n_tiles = (n_keys + kFK - 1) / kFK;
     if constexpr (kConv) {
       const KeyImage im = key_image(pk.scratch, pk.slots, n_kv_head, D);
@@ -343,16 +357,26 @@ __global__ void __launch_bounds__(kFW * 32, 1)
             cp_async16(threadIdx.x < 8 ? &S.kf[buf][4 * c] : &S.vf[buf][4 * c], (kf ? im.kf : im.vf) + at, true);
           }
         }
-        cp_async_commit();  // one group a tile, empty past the last, so the waits count tiles
       };
-      copy(0, 0);
-      copy(1, 1);
+      // Steps of two tiles in three pairs of buffers: two steps in flight while one is multiplied.
+      auto copy_step = [&](int st) {
+        copy(2 * st, 2 * (st % 3));
+        copy(2 * st + 1, 2 * (st % 3) + 1);
+        cp_async_commit();
+      };
+      const int n_steps = (n_tiles + 1) / 2;
+      copy_step(0);
+      copy_step(1);
 #pragma unroll 1
-      for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait<1>();  // this thread's pieces of tile it
-        __syncthreads();     // everyone's; and no warp still reads tile it - 1, whose buffer tile it + 2 takes
-        copy(it + 2, (it + 2) % kConvBufs);
-        if (active && it * kFK < wkeys) tile_pass(it % kConvBufs, it * kFK);
+      for (int st = 0; st < n_steps; ++st) {
+        cp_async_wait<1>();  // this thread's pieces of step st
+        __syncthreads();     // everyone's; and no warp still reads step st - 1, whose buffers step st + 2 takes
+        copy_step(st + 2);
+        const int kb = 2 * st * kFK, b0 = 2 * (st % 3);
+        if (active && 2 * st + 1 < n_tiles && kb + kFK < wkeys)
+          tiles_pass(std::integral_constant<int, 2>{}, b0, kb);
+        else if (active && kb < wkeys)
+          tile_pass(b0, kb);
       }
       cp_async_wait<0>();
     } else {
