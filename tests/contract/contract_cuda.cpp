@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "backend/ctl.h"
@@ -422,7 +423,7 @@ std::string check_cuda_split_producers();
 
 }  // namespace tf::contract
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tf;
   if (cuda::device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -487,7 +488,15 @@ int main() {
                          {"embedding.q4_1", GgmlType::Q4_1}})
     checks[name] = [t = t] { return contract::check_cuda_embedding(t); };
   int k = 0, pass = 0, controls = 0, caught = 0;
+  // Record names on the command line run those records alone (a change's own checks); none runs every record.
+  const std::set<std::string> only(argv + 1, argv + argc);
+  for (const std::string& n : only)
+    if (checks.find(n) == checks.end()) {
+      std::printf("no CUDA kernel record named %s\n", n.c_str());
+      return 2;
+    }
   for (const KernelRecord& rec : cuda_kernel_records()) {
+    if (!only.empty() && only.count(rec.name) == 0) continue;
     ++k;
     auto it = checks.find(rec.name);
     std::string why = it == checks.end() ? "no contract check registered" : it->second();
