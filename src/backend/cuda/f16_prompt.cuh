@@ -155,8 +155,8 @@ __device__ __forceinline__ void f16_load8(const float* p, float (&v)[8]) {
 enum F16Src { kStageX = 0, kStageSwiglu = 1, kStageNorm = 2 };
 
 // A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.
-template <int kN, int kKeep, int kSrc = kStageX>
-__global__ void __launch_bounds__(kRmsThreads)
+template <int kN, int kKeep, int kSrc = kStageX, int kThreads = kRmsThreads>
+__global__ void __launch_bounds__(kThreads)
     f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
                      int* __restrict__ xe, int ctl, const float* __restrict__ norm_w = nullptr, float eps = 0.0f) {
   grid_wait();
