@@ -266,6 +266,7 @@ std::string check_prompt(GgmlType type, bool image) {
 // What a fused stage makes its x from: gate|up rows of 2 n_in for SwiGLU, or x rows and RMSNorm's weights.
 struct FusedStage {
   bool norm = false;
+  int wide = -1;  // SwiGLU's rows past 4,096 columns (another block shape) alone (1), the others alone (0), or all
   int64_t stride(int64_t n_in) const { return norm ? n_in : 2 * n_in; }
 };
 
@@ -278,6 +279,7 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
   const float eps = 1e-5f;
   // 28,672 columns: past the 16,384 a thread's registers keep, the stage reads its later chunks again.
   for (auto [F, n_out] : {std::pair<int64_t, int64_t>{256, 33}, {1536, 520}, {14336, 160}, {28672, 33}}) {
+    if (fs.wide >= 0 && (F > 4096) != (fs.wide == 1)) continue;
     auto wb = random_weight(type, F, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, F, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, F, n_out);
@@ -470,7 +472,8 @@ int main(int argc, char** argv) {
   for (auto [name, t] :
        {std::pair<const char*, GgmlType>{"prompt_image.q4_k", GgmlType::Q4_K}, {"prompt_image.q6_k", GgmlType::Q6_K}})
     checks[name] = [t = t] { return contract::check_prompt(t, true); };
-  checks["prompt_stage_swiglu"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false}); };
+  checks["prompt_stage_swiglu"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 0}); };
+  checks["prompt_stage_swiglu_wide"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 1}); };
   checks["prompt_stage_norm"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q4_K, {true}); };
   for (auto [name, t] : {std::pair<const char*, GgmlType>{"gemv.f32", GgmlType::F32},
                          {"gemv.f16", GgmlType::F16},
