@@ -72,40 +72,33 @@ std::vector<KernelRecord> make_records() {
                   {133, "a step's terms lost"},
                   {134, "a write past the end"},
                   {135, "a unit's fragments built from the neighbour tile"}}});
-  r.push_back(
-      {"prompt_stage_swiglu",
-       "cuda",
-       {"f32"},
-       "as the prompt products' stage, for a down product whose x is SwiGLU of gate|up rows of 2 n_in: "
-       "f16_stage_kernel<kN, kKeep, kStageSwiglu> (256 threads a row, n_in up to 4,096) makes swiglu_pairs' values "
-       "(one shared device function) as it reads them, never storing them",
-       "Q6_K down 256x33 and 1536x520 (rows 1,2,3,7,16,64,100,130,300); "
-       "a NaN gate; each equal bit for bit to swiglu_pairs then the product staging its own x, and in the "
-       "residual form; each row alone; a staged product after another product's stage, or naming another "
-       "x, refused",
-       "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' values "
-       "s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
-       {{131, "non-finite activation read as 0"},
-        {132, "row reads its neighbour's activations"},
-        {138, "sigmoid sign slip"},
-        {139, "SwiGLU takes the neighbour column's up value"}}});
-  r.push_back(
-      {"prompt_stage_swiglu_wide",
-       "cuda",
-       {"f32"},
-       "as the prompt products' stage, for a down product whose x is SwiGLU of gate|up rows of 2 n_in: "
-       "f16_stage_kernel<kN, kKeep, kStageSwiglu> (1,024 threads a row, n_in past 4,096) makes swiglu_pairs' values "
-       "(one shared device function) as it reads them, never storing them",
-       "Q6_K down 14336x160 and 28672x33 (rows 1,3,130; 28,672 past the 16,384 columns kept in registers); "
-       "a NaN gate; each equal bit for bit to swiglu_pairs then the product staging its own x, and in the "
-       "residual form; each row alone; a staged product after another product's stage, or naming another "
-       "x, refused",
-       "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' values "
-       "s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
-       {{131, "non-finite activation read as 0"},
-        {132, "row reads its neighbour's activations"},
-        {138, "sigmoid sign slip"},
-        {139, "SwiGLU takes the neighbour column's up value"}}});
+  // The SwiGLU stage's two block shapes, one record each, so that each shape's planted controls are caught on it.
+  struct SwigluShape {
+    const char *name, *shape, *cases;
+  };
+  for (auto [name, shape, cases] :
+       {SwigluShape{"prompt_stage_swiglu", "256 threads a row, n_in up to 4,096",
+                    "256x33 and 1536x520 (rows 1,2,3,7,16,64,100,130,300)"},
+        SwigluShape{"prompt_stage_swiglu_wide", "1,024 threads a row, n_in past 4,096",
+                    "14336x160 and 28672x33 (rows 1,3,130; 28,672 past the 16,384 columns kept in registers)"}})
+    r.push_back({name,
+                 "cuda",
+                 {"f32"},
+                 std::string("as the prompt products' stage, for a down product whose x is SwiGLU of gate|up rows of "
+                             "2 n_in: f16_stage_kernel<kN, kKeep, kStageSwiglu> (") +
+                     shape +
+                     ") makes swiglu_pairs' values (one shared device function) as it reads them, never "
+                     "storing them",
+                 std::string("Q6_K down ") + cases +
+                     "; a NaN gate; each equal bit for bit to swiglu_pairs then the product staging its own x, and in "
+                     "the residual form; each row alone; a staged product after another product's stage, or naming "
+                     "another x, refused",
+                 "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' "
+                 "values s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
+                 {{131, "non-finite activation read as 0"},
+                  {132, "row reads its neighbour's activations"},
+                  {138, "sigmoid sign slip"},
+                  {139, "SwiGLU takes the neighbour column's up value"}}});
   r.push_back({"prompt_stage_norm",
                "cuda",
                {"f32"},
