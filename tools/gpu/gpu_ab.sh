@@ -30,7 +30,7 @@ first=${NAMES%% *}
 first=${first%%@*}
 if [ "${CONTRACT:-1}" = 1 ]; then
   echo "== contract $first" >> "$L"
-  timeout 300 "/tmp/ab/$first/contract_cuda_ctl" > "$LOGS/contract_$first.txt" 2>&1
+  timeout 420 "/tmp/ab/$first/contract_cuda_ctl" > "$LOGS/contract_$first.txt" 2>&1
   grep -E "SUMMARY|FAIL|NOT CAUGHT|rror" "$LOGS/contract_$first.txt" | head -20 >> "$L"
 fi
 # optional_bench TITLE BUILD BINARY PATTERN: a bench older packs may lack, its lines matching PATTERN.
