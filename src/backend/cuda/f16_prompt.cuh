@@ -159,6 +159,7 @@ template <int kN, int kKeep, int kSrc = kStageX, int kThreads = kRmsThreads>
 __global__ void __launch_bounds__(kThreads)
     f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
                      int* __restrict__ xe, int ctl, const float* __restrict__ norm_w = nullptr, float eps = 0.0f) {
+  static_assert(kSrc != kStageNorm || kThreads == kRmsThreads, "rms_row_scale's fixed tree is over 256 threads");
   grid_wait();
   const int64_t r = blockIdx.x;
   __shared__ float red[32];
