@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../unit/gguf_builder.h"
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
 #include "base/error.h"
@@ -164,7 +165,9 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   for (int32_t i = 0; i < 23; ++i) two.push_back({&b.pages, ids_b[size_t(i)], i, true, true});
   for (int32_t i = 0; i < 40; ++i) two.push_back({&a.pages, ids_a[size_t(i)], i, true, true});
   std::vector<float> got(63 * size_t(kV));
+  const int64_t conv0 = cuda::attention_prompt_key_launches();
   m.forward(two, got.data());
+  EXPECT_EQ(cuda::attention_prompt_key_launches() - conv0, kL) << "96 slots fit the scratch: keys converted once";
   EXPECT_EQ(std::memcmp(alone_b.data(), got.data(), 23 * size_t(kV) * 4), 0) << "B's rows beside A's";
   EXPECT_EQ(std::memcmp(alone_a.data(), got.data() + 23 * size_t(kV), 40 * size_t(kV) * 4), 0) << "A's rows beside B's";
   std::vector<KvLease> leases;
@@ -172,7 +175,9 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   std::vector<BatchRow> many;
   for (size_t i = 0; i < ones.size(); ++i) many.push_back({&leases[i].pages, ones[i], 0, true, true});
   got.assign(ones.size() * size_t(kV), 0.0f);
+  const int64_t conv1 = cuda::attention_prompt_key_launches();
   m.forward(many, got.data());
+  EXPECT_EQ(cuda::attention_prompt_key_launches(), conv1) << "544 slots do not fit: each block converts its own";
   for (size_t i = 0; i < ones.size(); ++i)
     EXPECT_EQ(std::memcmp(alone_one[i].data(), got.data() + i * size_t(kV), kV * 4), 0) << "one-token prompt " << i;
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -417,6 +418,12 @@ bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_he
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0;
 }
 
+namespace {
+std::atomic<int64_t> g_key_launches{0};  // for tests: that a round took the converted keys
+}  // namespace
+
+int64_t attention_prompt_key_launches() { return g_key_launches.load(); }
+
 size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim) {
   return size_t(n_kv_head * slots) * (4 * size_t(head_dim) + 8);  // fp16 keys and values, two f32 factors
 }
@@ -430,9 +437,11 @@ void launch_f16(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, con
   static const cudaError_t ready =
       cudaFuncSetAttribute(attention_f16_kernel<D, kConv>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   cuda_check(ready, "prompt attention: shared memory");
-  if constexpr (kConv)
+  if constexpr (kConv) {
     launch_k(attention_f16_keys_kernel<D>, dim3(unsigned(pk.max_tiles), unsigned(pk.n_seqs), unsigned(n_kv_head)),
              kFW * 32, 0, kv, pk, n_kv_head);
+    g_key_launches.fetch_add(1);
+  }
   launch_k(attention_f16_kernel<D, kConv>, grid, kFW * 32, bytes, q, q_stride, n_rows, pos, row_seq, kv, n_head,
            n_kv_head, scale, out, pk);
 }

@@ -64,6 +64,7 @@ struct PromptKeys {
   int n_seqs = 0, max_tiles = 0;  // sequences, and the most 32-key tiles any of them holds
 };
 size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim);
+int64_t attention_prompt_key_launches();  // for tests: calls that converted their keys once, in this process
 // The layout on the host: rows' positions and sequences (0 .. n_seqs - 1) give each sequence's keys and first slot
 // (whole 32-key tiles one after another); returns the slots they take, and the most tiles of one in max_tiles.
 inline int64_t prompt_key_layout(const int32_t* pos, const int32_t* row_seq, int64_t n_rows, int64_t n_seqs,
