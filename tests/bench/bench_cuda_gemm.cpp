@@ -32,32 +32,25 @@ std::vector<uint8_t> q4k_blocks(int64_t n_in, int64_t n_out) {
   return b;
 }
 
-// The prompt rows' image product (x staged to fp16, then the product) against cuBLAS's fp16 GEMM, 8B prompt shapes.
+// The prompt rows' image product (x staged to fp16, then the product) in blocks of each output width against cuBLAS's
+// fp16 GEMM, 8B prompt shapes; "rule" marks the width a loaded model's image takes.
 void prompt_image_table(cublasHandle_t h) {
   using namespace tf;
   const float one = 1.0f, zero = 0.0f;
-  std::printf("| prompt image W (n_in x n_out) | rows | ours us | ours TFLOP/s | cuBLAS fp16 us | ours / cuBLAS |\n");
+  std::printf(
+      "| prompt image W (n_in x n_out) | width | rows | ours us | ours TFLOP/s | cuBLAS fp16 us | ours / cuBLAS |\n");
   for (auto [n_in, n_out] :
        {std::pair<int64_t, int64_t>{4096, 28672}, {14336, 4096}, {4096, 4096}, {4096, 6144}, {4096, 1024}}) {
     const auto blocks = q4k_blocks(n_in, n_out);
     void* wd = nullptr;
     cudaMalloc(&wd, cuda::device_matrix_bytes(GgmlType::Q4_K, n_in, n_out));
-    cuda::DeviceMatrix m = cuda::upload_matrix(GgmlType::Q4_K, blocks.data(), n_in, n_out, wd);
-    const size_t img = cuda::prompt_image_bytes(m);
-    if (img == 0) {
-      std::printf("| %lld x %lld | no prompt image on this device |\n", (long long)n_in, (long long)n_out);
-      cudaFree(wd);
-      continue;
-    }
-    void* wi = dev_fill(img, 0);
-    cuda::prompt_image_build(m, wi);
+    const cuda::DeviceMatrix m0 = cuda::upload_matrix(GgmlType::Q4_K, blocks.data(), n_in, n_out, wd);
     void* wb = dev_fill(size_t(n_in * n_out) * 2, 0x3c);
+    const int rule = cuda::prompt_image_width(n_out);
     for (int64_t rows : {512, 4096}) {
       void* x = dev_fill(size_t(rows * n_in) * 4, 0x3c);
       void* xb = dev_fill(size_t(rows * n_in) * 2, 0x3c);
       void* y = dev_fill(size_t(rows * n_out) * 4, 0);
-      const float ours =
-          time_ms([&] { cuda::gemv_prompt(m, static_cast<float*>(x), rows, static_cast<float*>(y)); }, 10);
       const float theirs = time_ms(
           [&] {
             cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(rows), int(n_in), &one, wb, CUDA_R_16F, int(n_in),
@@ -65,12 +58,29 @@ void prompt_image_table(cublasHandle_t h) {
                          CUBLAS_GEMM_DEFAULT);
           },
           10);
-      std::printf("| %lld x %lld | %lld | %.1f | %.0f | %.1f | %.2f |\n", (long long)n_in, (long long)n_out,
-                  (long long)rows, ours * 1e3, 2.0 * n_in * n_out * rows / (ours * 1e-3) / 1e12, theirs * 1e3,
-                  ours / theirs);
+      for (int width : {128, 192, 224, 256}) {
+        const int before = cuda::set_prompt_image_width(width);
+        cuda::DeviceMatrix m = m0;
+        const size_t img = cuda::prompt_image_bytes(m);
+        if (img == 0) {
+          std::printf("| %lld x %lld | %d | no prompt image on this device |\n", (long long)n_in, (long long)n_out,
+                      width);
+          cuda::set_prompt_image_width(before);
+          continue;
+        }
+        void* wi = dev_fill(img, 0);
+        cuda::prompt_image_build(m, wi);
+        cuda::set_prompt_image_width(before);
+        const float ours =
+            time_ms([&] { cuda::gemv_prompt(m, static_cast<float*>(x), rows, static_cast<float*>(y)); }, 10);
+        std::printf("| %lld x %lld | %d%s | %lld | %.1f | %.0f | %.1f | %.2f |\n", (long long)n_in, (long long)n_out,
+                    width, width == rule ? " rule" : "", (long long)rows, ours * 1e3,
+                    2.0 * n_in * n_out * rows / (ours * 1e-3) / 1e12, theirs * 1e3, ours / theirs);
+        cudaFree(wi);
+      }
       cudaFree(x), cudaFree(xb), cudaFree(y);
     }
-    cudaFree(wd), cudaFree(wi), cudaFree(wb);
+    cudaFree(wd), cudaFree(wb);
   }
 }
 

@@ -183,9 +183,16 @@ PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<doub
 
 // Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form. With
 // `image`, every product reads the weights' prompt image, which must also equal the decoding product bit for bit.
-std::string check_prompt(GgmlType type, bool image) {
-  std::mt19937 rng(8765 + uint32_t(type));
-  const std::string name = std::string(ggml_type_name(type)) + (image ? " image" : "");
+// A `width` builds the images in blocks of that many outputs (past 128 the wide kernel); being bit-equal to the
+// decoding product, checked here, wide images keep prompt.*'s float64 bound, which their cases skip.
+std::string check_prompt(GgmlType type, bool image, int width = -1) {
+  std::mt19937 rng(8765 + uint32_t(type) + uint32_t(width > 128 ? width : 0));
+  struct Width {  // images after this check take the width they took before it
+    int before;
+    ~Width() { cuda::set_prompt_image_width(before); }
+  } keep{cuda::set_prompt_image_width(width)};
+  const std::string name =
+      std::string(ggml_type_name(type)) + (image ? " image" : "") + (width > 0 ? fmt::format(" of {}", width) : "");
   for (auto [n_in, n_out] :
        {std::pair<int64_t, int64_t>{768, 1536}, {1536, 520}, {256, 33}, {4608, 2056}, {256, 16896}}) {
     auto wb = random_weight(type, n_in, n_out, rng);
@@ -206,6 +213,7 @@ std::string check_prompt(GgmlType type, bool image) {
       cuda::prompt_image_build(m, dimg.p);
       cuda::copy_to_host(back.data(), dimg.as<uint8_t>() + img_bytes, back.size());
       if (back != tail) return name + ": the image builder wrote past its end";
+      if (width > 0 && m.f16_tile != width) return fmt::format("{}: built in blocks of {}", name, m.f16_tile);
     }
     const bool wide = n_out > 4096, big = n_out > 2048;  // the reference on every 5th column and the last 16
     std::vector<int64_t> row_counts = {1, 2, 3, 7, 16, 64, 100, 130, 300};
@@ -228,7 +236,7 @@ std::string check_prompt(GgmlType type, bool image) {
             d >= 0)
           return fmt::format("{}: {}x{} rows={}: differs from the decoding product at {}", name, n_in, n_out, rows, d);
       for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t o = 0; o < n_out; ++o) {
+        for (int64_t o = 0; o < n_out && width <= 128; ++o) {
           if (big && o % 5 != 0 && o < n_out - 16) continue;
           const auto [ref, bound] = prompt_reference(wd, mins, x.data() + r * n_in, n_in, o, m.f16_exp);
           const double got = y[size_t(r * n_out + o)];
@@ -422,6 +430,7 @@ std::string check_cuda_residual();
 std::string check_cuda_gather();
 std::string check_cuda_candidates();
 std::string check_cuda_split_producers();
+std::string check_cuda_prompt_stack();
 
 }  // namespace tf::contract
 
@@ -467,7 +476,15 @@ int main(int argc, char** argv) {
     checks[name] = [t = t] { return contract::check_prompt(t, false); };
   for (auto [name, t] :
        {std::pair<const char*, GgmlType>{"prompt_image.q4_k", GgmlType::Q4_K}, {"prompt_image.q6_k", GgmlType::Q6_K}})
-    checks[name] = [t = t] { return contract::check_prompt(t, true); };
+    checks[name] = [t = t] { return contract::check_prompt(t, true, 128); };
+  for (auto [name, t] : {std::pair<const char*, GgmlType>{"prompt_image_wide.q4_k", GgmlType::Q4_K},
+                         {"prompt_image_wide.q6_k", GgmlType::Q6_K}})
+    checks[name] = [t = t] {
+      for (int width : {192, 224, 256})
+        if (std::string fault = contract::check_prompt(t, true, width); !fault.empty()) return fault;
+      return std::string();
+    };
+  checks["prompt_image_stack"] = contract::check_cuda_prompt_stack;
   checks["prompt_stage_swiglu"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 0}); };
   checks["prompt_stage_swiglu_wide"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 1}); };
   checks["prompt_stage_norm"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q4_K, {true}); };

@@ -217,6 +217,33 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0) << "the images changed prompt logits";
 }
 
+// Images in blocks of 192, 224 or 256 outputs run the wide kernel (x as wgmma's A), Q|K|V from one stacked image: the
+// same prompt logits as images of 128 (and so as no images), whole and chunked, on partial blocks.
+TEST(CudaPromptRows, WideImagesGiveTheBitsOfNarrowOnes) {
+  if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
+  if (cuda::prompt_image_mode() == 0) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE=0: no images";
+  struct Keep {
+    int before = cuda::set_prompt_image_width(-1);
+    ~Keep() { cuda::set_prompt_image_width(before); }
+  } keep;
+  auto file = std::make_shared<GgufFile>(write_model());
+  std::vector<int32_t> ids(300);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 61 + 5) % kV);
+  std::vector<float> narrow;
+  for (int width : {128, 192, 224, 256}) {
+    cuda::set_prompt_image_width(width);
+    LlamaCudaModel m(file);
+    ASSERT_GT(m.prompt_image_bytes(), 0u) << width << ": " << m.memory_note();
+    EXPECT_EQ(m.stacked_qkv_layers(), width == 128 ? 0 : kL) << width << ": Q|K|V stacked in the wide images";
+    const std::vector<float> whole = feed(m, ids, 300, true), chunked = feed(m, ids, 97, true);
+    EXPECT_EQ(std::memcmp(whole.data(), chunked.data(), whole.size() * 4), 0) << width << ": chunks of 97";
+    if (narrow.empty())
+      narrow = whole;
+    else
+      EXPECT_EQ(std::memcmp(whole.data(), narrow.data(), whole.size() * 4), 0) << width << " against 128";
+  }
+}
+
 size_t free_now() {
   size_t free = 0, total = 0;
   EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

@@ -33,7 +33,7 @@ cmp -s /tmp/l_base.npy /tmp/l_new.npy && echo "BITS 3000 tokens in chunks of 512
 rm -f /tmp/l_base.npy /tmp/l_new.npy /tmp/l_c.npy
 for v in "$BASE" "$NEW"; do
   echo "== gemm $v"
-  timeout 150 "/tmp/ab/$v/bench_cuda_gemm" 2>&1 | grep -A10 "prompt image W" | tail -n 10
+  timeout 150 "/tmp/ab/$v/bench_cuda_gemm" 2>&1 | grep -A40 "prompt image W" | grep -E "^\| [0-9]" | head -n 40
 done
 ATTN=0 CONTRACT=0 GEMV=0 GEMM=${GEMM:-0} PP=${PP:-512,4096} bash tools/gpu/gpu_ab.sh "$NEW $BASE $NEW $BASE" "$LOGS" > /dev/null 2>&1
 cat "$LOGS/ab.txt"

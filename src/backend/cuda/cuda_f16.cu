@@ -3,10 +3,12 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <utility>
 
 #include "backend/cuda/cuda_mma.h"
 #include "backend/cuda/f16_image_gemm.cuh"
 #include "backend/cuda/f16_prompt.cuh"
+#include "backend/cuda/f16_wide_gemm.cuh"
 #include "base/env_switch.h"
 
 namespace tf::cuda {
@@ -36,6 +38,12 @@ bool kernel_ready() {
 
 bool image_gemm_ready() {
   static const bool ready = sm90a_ready(f16_image_gemm_kernel, kImgSmemBytes);
+  return ready;
+}
+
+template <int kW>
+bool wide_ready() {
+  static const bool ready = sm90a_ready(f16_wide_gemm_kernel<kW>, wide_smem_bytes(kW));
   return ready;
 }
 
@@ -85,7 +93,19 @@ void launch(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, con
   F16Args a{w, base, exps_of(base, w.n_in, n_rows), int(n_rows), y, residual, ctl};
   const dim3 grid(unsigned(rows_pad / kN), unsigned(((w.n_out + 15) / 16 + kF16Warps - 1) / kF16Warps));
   if constexpr (kN == 128)
-    if (w.f16w) return launch_k(f16_image_gemm_kernel, grid, kImgThreads, kImgSmemBytes, a);
+    if (w.f16w) {
+      const dim3 wide(grid.x, unsigned((w.n_out + w.f16_tile - 1) / w.f16_tile));
+      switch (w.f16_tile) {
+        case 192:
+          return launch_k(f16_wide_gemm_kernel<192>, wide, kWideThreads, wide_smem_bytes(192), a);
+        case 224:
+          return launch_k(f16_wide_gemm_kernel<224>, wide, kWideThreads, wide_smem_bytes(224), a);
+        case 256:
+          return launch_k(f16_wide_gemm_kernel<256>, wide, kWideThreads, wide_smem_bytes(256), a);
+        default:
+          return launch_k(f16_image_gemm_kernel, grid, kImgThreads, kImgSmemBytes, a);
+      }
+    }
   launch_k(f16_wgmma_kernel<kType, kN>, grid, kF16Warps * 32, f16_smem_bytes(kN), a);
 }
 
@@ -109,6 +129,7 @@ bool f16_enabled() {
 
 namespace {
 std::atomic<int> g_image_mode{-2};       // -2: not read yet
+std::atomic<int> g_image_width{-2};      // -2: not read yet, -1: by the rule below
 std::atomic<int64_t> g_fused_stages{0};  // for tests: that the model's prompt rows took these stages
 }  // namespace
 
@@ -144,25 +165,129 @@ size_t f16_scratch_bytes(const DeviceMatrix& w, int64_t n_rows) {
   return align256(size_t(padded_rows(n_rows) * w.n_in) * 2) + align256(size_t(padded_rows(n_rows)) * 4);
 }
 
+int f16_image_width_mode() {
+  int m = g_image_width.load();
+  if (m == -2) {
+    const int e = env_switch("TF_CUDA_IMAGE_WIDE", 4,
+                             "0 keeps prompt images in blocks of 128 outputs, 1, 2, 3 puts them in 192, 224, 256");
+    m = e < 0 ? -1 : (e == 0 ? 128 : 160 + 32 * e);
+    int unread = -2;
+    if (!g_image_width.compare_exchange_strong(unread, m)) m = unread;  // f16_set_image_width came first
+  }
+  return m;
+}
+
+void f16_set_image_width(int width) {
+  if (width != -1 && width != 128 && width != 192 && width != 224 && width != 256)
+    throw std::invalid_argument("prompt image width: -1 (the rule), 128, 192, 224 or 256");
+  g_image_width.store(width);
+}
+
+namespace {
+bool width_ready(int width) {
+  switch (width) {
+    case 128:
+      return image_gemm_ready();
+    case 192:
+      return wide_ready<192>();
+    case 224:
+      return wide_ready<224>();
+    case 256:
+      return wide_ready<256>();
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+int f16_image_width(int64_t n_out) {
+  const int forced = f16_image_width_mode();
+  if (forced > 0) return forced;
+  // Blocks of a 512-row chunk (four row blocks) in waves of one a SM, each wave as long as its blocks' outputs times
+  // what an output costs at that width: on a model's values wide blocks cost no less an output (N = 224 and 256 more),
+  // so they pay only where they save a wave, as Q|K|V stacked do (docs/prompt_rows.md).
+  constexpr std::pair<int, double> kCost[] = {{128, 1.0}, {192, 1.05}, {224, 1.15}, {256, 1.15}};
+  const int64_t sms = launch_device().sm_count;
+  int best = 128;
+  double best_t = 0;
+  for (auto [width, cost] : kCost) {
+    const int64_t blocks = 4 * ((n_out + width - 1) / width);
+    const double t = double((blocks + sms - 1) / sms) * width * cost;
+    if (width == 128 || (t < best_t && width_ready(width))) best = width, best_t = t;
+  }
+  return best;
+}
+
 size_t f16_image_size(const DeviceMatrix& w) {
   if (!f16_takes(w)) return 0;
-  const bool ready = image_gemm_ready();
-  return ready ? size_t(f16_image_bytes(w.n_out, w.units)) : 0;
+  const int width = f16_image_width(w.n_out);
+  return width_ready(width) ? size_t(f16_image_bytes(w.n_out, w.units, width)) : 0;
 }
 
 size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out) {
-  return shape_takes(type, n_in) && image_gemm_ready() ? size_t(f16_image_bytes(n_out, n_in / 64)) : 0;
+  if (!shape_takes(type, n_in)) return 0;
+  const int width = f16_image_width(n_out);
+  return width_ready(width) ? size_t(f16_image_bytes(n_out, n_in / 64, width)) : 0;
 }
+
+namespace {
+// w's 16-output tiles [0, tiles) into an image of blocks of `width` outputs, from tile tile0 on.
+void build_image(const DeviceMatrix& w, void* dst, int width, int64_t tile0, int64_t tiles, int ctl) {
+  DeviceMatrix b = w;
+  b.f16_tile = width, b.f16w = nullptr;
+  const dim3 grid(unsigned((w.units + 3) / 4), unsigned(tiles));
+  if (w.type == GgmlType::Q4_K)
+    launch_k(f16_image_kernel<int(GgmlType::Q4_K)>, grid, 128, 0, b, static_cast<uint8_t*>(dst), tile0, ctl);
+  else
+    launch_k(f16_image_kernel<int(GgmlType::Q6_K)>, grid, 128, 0, b, static_cast<uint8_t*>(dst), tile0, ctl);
+}
+}  // namespace
 
 void f16_image(DeviceMatrix& w, void* dst, int ctl) {
   if (f16_image_size(w) == 0) throw std::logic_error("CUDA prompt products: this matrix has no prompt image here");
-  const dim3 grid(unsigned((w.units + 3) / 4), unsigned((w.n_out + 127) / 128 * 8));
-  w.f16w = nullptr;
-  if (w.type == GgmlType::Q4_K)
-    launch_k(f16_image_kernel<int(GgmlType::Q4_K)>, grid, 128, 0, w, static_cast<uint8_t*>(dst), ctl);
-  else
-    launch_k(f16_image_kernel<int(GgmlType::Q6_K)>, grid, 128, 0, w, static_cast<uint8_t*>(dst), ctl);
-  w.f16w = static_cast<const uint8_t*>(dst);
+  if (w.f16_seg[0] != 0) throw std::logic_error("CUDA prompt products: a stacked matrix has no weights of its own");
+  const int width = f16_image_width(w.n_out);
+  build_image(w, dst, width, 0, (w.n_out + width - 1) / width * (width / 16), ctl);
+  w.f16_tile = width, w.f16w = static_cast<const uint8_t*>(dst);
+}
+
+size_t f16_stack_size_for(const GgmlType* types, const int64_t* n_out, int count, int64_t n_in) {
+  if (count < 2 || count > 3) return 0;
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    // Every matrix but the last ends on a 16-output tile, so that each tile of the stack is one matrix's.
+    if (!shape_takes(types[i], n_in) || n_out[i] <= 0 || (i + 1 < count && n_out[i] % 16 != 0)) return 0;
+    total += n_out[i];
+  }
+  const int width = f16_image_width(total);
+  return width != 128 && width_ready(width) ? size_t(f16_image_bytes(total, n_in / 64, width)) : 0;
+}
+
+size_t f16_stack_size(const DeviceMatrix* const* ms, int count) {
+  GgmlType types[3];
+  int64_t n_out[3];
+  for (int i = 0; i < count && i < 3; ++i) {
+    if (!f16_takes(*ms[i]) || ms[i]->n_in != ms[0]->n_in || ms[i]->f16_seg[0] != 0) return 0;
+    types[i] = ms[i]->type, n_out[i] = ms[i]->n_out;
+  }
+  return f16_stack_size_for(types, n_out, count, ms[0]->n_in);
+}
+
+DeviceMatrix f16_image_stack(const DeviceMatrix* const* ms, int count, void* dst, int ctl) {
+  if (f16_stack_size(ms, count) == 0) throw std::logic_error("CUDA prompt products: these matrices do not stack");
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += ms[i]->n_out;
+  const int width = f16_image_width(total);
+  const int64_t all = (total + width - 1) / width * (width / 16);
+  DeviceMatrix s = *ms[0];
+  int64_t tile0 = 0, first = 0;
+  for (int i = 0; i < count; ++i) {  // the last matrix also fills the stack's padding, repeating its last tile
+    build_image(*ms[i], dst, width, tile0, i + 1 < count ? ms[i]->n_out / 16 : all - tile0, ctl);
+    if (i > 0) s.f16_seg[i - 1] = int(first), s.f16_seg_exp[i - 1] = ms[i]->f16_exp;
+    tile0 += ms[i]->n_out / 16, first += ms[i]->n_out;
+  }
+  s.n_out = total, s.f16_tile = width, s.f16w = static_cast<const uint8_t*>(dst);
+  return s;
 }
 
 void f16_stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl, bool swiglu) {
@@ -191,6 +316,8 @@ int64_t f16_fused_stages() { return g_fused_stages.load(); }
 void f16_gemm(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               bool staged) {
   if (!f16_takes(w)) throw std::logic_error("CUDA prompt products: this matrix has no fp16 kernel here");
+  if (w.f16_seg[0] != 0 && (!w.f16w || w.f16_tile == 128))
+    throw std::logic_error("CUDA prompt products: a stacked matrix is read from its wide image only");
   if (n_rows <= 0) return;
   if (staged && (g_staged.x != x || g_staged.n_in != w.n_in || g_staged.n_rows != n_rows ||
                  g_staged.epoch != mma_scratch_epoch()))

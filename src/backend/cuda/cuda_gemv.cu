@@ -205,11 +205,32 @@ size_t prompt_image_bytes_for(GgmlType type, int64_t n_in, int64_t n_out) {
 }
 int prompt_image_mode() { return f16_image_mode(); }
 void set_prompt_image_mode(int mode) { f16_set_image_mode(mode); }
+int prompt_image_width(int64_t n_out) { return f16_image_width(n_out); }
+int set_prompt_image_width(int width) {
+  const int before = f16_image_width_mode();
+  f16_set_image_width(width);
+  return before;
+}
 
 void prompt_image_build(DeviceMatrix& w, void* dst) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) throw std::runtime_error("prompt_image_build: misaligned image");
   f16_image(w, dst, active_control());
   check(cudaGetLastError(), "prompt_image_build launch");
+}
+
+size_t prompt_image_stack_bytes(const std::vector<const DeviceMatrix*>& ms) {
+  return f16_stack_size(ms.data(), int(ms.size()));
+}
+size_t prompt_image_stack_bytes_for(const std::vector<GgmlType>& types, int64_t n_in,
+                                    const std::vector<int64_t>& n_out) {
+  if (types.size() != n_out.size()) throw std::invalid_argument("prompt_image_stack_bytes_for: a type per matrix");
+  return f16_stack_size_for(types.data(), n_out.data(), int(types.size()), n_in);
+}
+DeviceMatrix prompt_image_stack(const std::vector<const DeviceMatrix*>& ms, void* dst) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) throw std::runtime_error("prompt_image_stack: misaligned image");
+  DeviceMatrix s = f16_image_stack(ms.data(), int(ms.size()), dst, active_control());
+  check(cudaGetLastError(), "prompt_image_stack launch");
+  return s;
 }
 
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre) {

@@ -28,6 +28,9 @@ struct DeviceMatrix {
   bool f16 = false;  // Q4_K or Q6_K whose weights fit fp16 under 2^f16_exp: prompt rows may take f16_prompt.cuh
   int f16_exp = 0;
   const uint8_t* f16w = nullptr;  // prompt rows' fp16 weights decoded once (prompt_image_build), or none
+  int f16_tile = 128;             // outputs a block of the image holds: 128 (the image as A) or 192, 224, 256 (as B)
+  int f16_seg[2] = {0, 0};        // a stacked image (Q|K|V): outputs from f16_seg[i] > 0 on are another matrix's,
+  int f16_seg_exp[2] = {0, 0};    // under 2^f16_seg_exp[i] instead of 2^f16_exp
 };
 // Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
 int64_t unit_elems(GgmlType type);
@@ -77,8 +80,17 @@ size_t prompt_image_bytes_for(GgmlType type, int64_t n_in, int64_t n_out);
 // TF_CUDA_PROMPT_IMAGE: 0 never, 1 always, -1 (unset) in a quarter of free memory, given back when the engine asks.
 int prompt_image_mode();
 void set_prompt_image_mode(int mode);  // for tests: as if TF_CUDA_PROMPT_IMAGE were that (-1: unset)
+// Outputs a block of the prompt image of an n_out-output matrix holds (128, 192, 224 or 256), chosen at build time.
+int prompt_image_width(int64_t n_out);
+int set_prompt_image_width(int width);  // for tests and benches: images built next take it (-1: the rule); the old
 // Decodes w into dst (device, prompt_image_bytes long) and points w.f16w at it.
 void prompt_image_build(DeviceMatrix& w, void* dst);
+// One image of several matrices' outputs side by side (Q|K|V: one product, one wave), where they share n_in, each
+// takes an image and the stack's width is a wide one; 0 bytes where not. The stacked matrix reads only its image.
+size_t prompt_image_stack_bytes(const std::vector<const DeviceMatrix*>& ms);
+size_t prompt_image_stack_bytes_for(const std::vector<GgmlType>& types, int64_t n_in,
+                                    const std::vector<int64_t>& n_out);
+DeviceMatrix prompt_image_stack(const std::vector<const DeviceMatrix*>& ms, void* dst);
 // One stage of x for the next products of its rows that set pre.staged (x unchanged), so they may run side by side.
 bool gemv_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre);
 // Pulls w (or `head` of each tensor-core tile, at most max_bytes) into L2 on the side stream; returns the bytes asked.

@@ -84,7 +84,7 @@ std::atomic<int64_t> g_wgmma_launches{0};
 
 void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
 int mma_wgmma_mode() { return wgmma_mode(); }
-void mma_read_switches() { split_forced(), wgmma_mode(), f16_enabled(), f16_image_mode(); }
+void mma_read_switches() { split_forced(), wgmma_mode(), f16_enabled(), f16_image_mode(), f16_image_width_mode(); }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 bool mma_wgmma_device() {

@@ -47,5 +47,12 @@ size_t f16_image_size_for(GgmlType type, int64_t n_in, int64_t n_out);  // befor
 int f16_image_mode();
 void f16_set_image_mode(int mode);
 void f16_image(DeviceMatrix& w, void* dst, int ctl);
+// Outputs a block of the image of an n_out-output matrix: TF_CUDA_IMAGE_WIDE, a test's choice, or the rule.
+int f16_image_width(int64_t n_out);
+int f16_image_width_mode();            // 128, 192, 224 or 256 when forced, -1 for the rule
+void f16_set_image_width(int width);  // for tests: -1 (the rule), 128, 192, 224 or 256
+size_t f16_stack_size(const DeviceMatrix* const* ms, int count);
+size_t f16_stack_size_for(const GgmlType* types, const int64_t* n_out, int count, int64_t n_in);
+DeviceMatrix f16_image_stack(const DeviceMatrix* const* ms, int count, void* dst, int ctl);
 
 }  // namespace tf::cuda

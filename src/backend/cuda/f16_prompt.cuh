@@ -239,9 +239,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Prompt image: [128-output block][unit][step][8-column half][output][8 halves], as x's image, so wgmma reads it.
-__host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t units) {
-  return (n_out + 127) / 128 * units * kF16ImageUnit;
+// Prompt image: [kW-output block][unit][step][8-column half][output][8 halves], as x's image, so wgmma reads it.
+__host__ __device__ constexpr int64_t f16_image_bytes(int64_t n_out, int64_t units, int64_t w = 128) {
+  return (n_out + w - 1) / w * units * w * 128;
 }
 
 // Rows g and g + 8 of tile tm's scales for slice sl (five words a row), as both the decoding and image kernels read
@@ -254,13 +254,15 @@ __device__ __forceinline__ void f16_meta(const DeviceMatrix& w, int64_t tm, int6
     for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
 }
 
-// A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel.
+// A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel. Tile t
+// lands at tile0 + t of the image, whose blocks hold w.f16_tile outputs (tile0 > 0: the next matrix of a stack).
 template <int kType>
-__global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int ctl) {
+__global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int64_t tile0, int ctl) {
   grid_wait();
   using F = F16W<kType>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile = blockIdx.y, u = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5), last = (w.n_out + 15) / 16 - 1;
+  const int64_t at = tile0 + tile;
   if (u >= w.units) return;
   int64_t tm = tile < last ? tile : last;  // past n_out the block's tail repeats the last tile, as the kernel reads it
   if (TF_FCTL(135) && tm > 0 && u == 1) --tm;  // planted: a unit built from the neighbour tile
@@ -268,12 +270,13 @@ __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int 
   f16_meta(w, tm, u / 4, g, m);
   uint32_t a[4][4];
   F::frags(m, int(u % 4), F::load(w, (tm * w.units + u) * 32 + lane), ldexpf(1.0f, w.f16_exp), a);
-  uint8_t* dst = img + ((tile / 8) * w.units + u) * kF16ImageUnit + (tile % 8) * 16 * 16 + g * 16 + 4 * t;
+  const int64_t wt = w.f16_tile, per = wt / 16;  // 16-output tiles a block of the image
+  uint8_t* dst = img + ((at / per) * w.units + u) * wt * 128 + (at % per) * 16 * 16 + g * 16 + 4 * t;
 #pragma unroll
   for (int st = 0; st < 4; ++st)
 #pragma unroll
     for (int i = 0; i < 4; ++i)  // a[st][i]: output g + 8 (i & 1), columns 2t, 2t + 1 of half i >> 1
-      *reinterpret_cast<uint32_t*>(dst + ((st * 2 + (i >> 1)) * 128 + 8 * (i & 1)) * 16) = a[st][i];
+      *reinterpret_cast<uint32_t*>(dst + ((st * 2 + (i >> 1)) * wt + 8 * (i & 1)) * 16) = a[st][i];
 }
 
 // Two warpgroups over 128 outputs x kN rows, x by bulk copy, weights decoded 2 units ahead.

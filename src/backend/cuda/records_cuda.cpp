@@ -72,6 +72,39 @@ std::vector<KernelRecord> make_records() {
                   {133, "a step's terms lost"},
                   {134, "a write past the end"},
                   {135, "a unit's fragments built from the neighbour tile"}}});
+  for (const char* f : {"q4_k", "q6_k"})
+    r.push_back({std::string("prompt_image_wide.") + f,
+                 "cuda",
+                 {f},
+                 "as prompt_image." + std::string(f) +
+                     " with the image in blocks of 192, 224 or 256 outputs (f16_image_width: the fewest 512-row waves "
+                     "of one block a SM), run by f16_wide_gemm_kernel<W>: x as wgmma's A (64 rows a warpgroup), the "
+                     "image as B (W outputs), one producer thread, as many stages as fit",
+                 "the prompt." + std::string(f) +
+                     " cases at each of the three widths; each output equal bit for bit to the decoding product; the "
+                     "image's width checked; a canary after the image",
+                 "bit-equal to prompt." + std::string(f) +
+                     " (the same products and k order, A and B swapped), so its bound",
+                 {{131, "non-finite activation read as 0"},
+                  {133, "a step's terms lost"},
+                  {134, "a write past the end"},
+                  {135, "a unit's fragments built from the neighbour tile"}}});
+  r.push_back({"prompt_image_stack",
+               "cuda",
+               {"q4_k", "q6_k"},
+               "two or three Q4_K or Q6_K matrices of one n_in whose outputs lie side by side in one wide image (the "
+               "model's Q|K|V), each 16-output tile one matrix's (all but the last n_out a multiple of 16), every "
+               "output scaled by its own matrix's power of two: f16_wide_gemm_kernel<W>, W by f16_image_width",
+               "768 x 1536|256|256 in blocks of 192 (blocks across both joins), 256 x 96|48|40 in one partial block "
+               "of 256, 512 x 320|200 (Q6_K|Q4_K) in blocks of 224, 4096 x 4096|1024|1024 by the rule; rows 1,2,3,7,"
+               "130,300; the second matrix 8x larger (its own power of two); each column equal bit for bit to its "
+               "matrix's decoding product; rows alone; staged; the residual form; a canary after the image; the "
+               "stacked matrix without its image refused",
+               "bit-equal to prompt.q4_k and prompt.q6_k column by column, so their bounds",
+               {{133, "a step's terms lost"},
+                {134, "a write past the end"},
+                {135, "a unit's fragments built from the neighbour tile"},
+                {136, "the output before a join scaled by the next matrix's power of two"}}});
   // The SwiGLU stage's two block shapes, one record each, so that each shape's planted controls are caught on it.
   struct SwigluShape {
     const char *name, *shape, *cases;

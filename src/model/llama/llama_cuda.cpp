@@ -1,6 +1,7 @@
 #include "model/llama/llama_cuda.h"
 
 #include <algorithm>
+#include <map>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_device.h"
@@ -145,10 +146,29 @@ std::string images_none_note(size_t want, const std::string& why) {
 std::pair<std::string, bool> llama_cuda_memory_note(const GgufFile& f, size_t free_bytes) {
   const Plan plan = plan_tensors(f, llama_config_from_gguf(f));
   size_t want = 0;
+  std::map<std::string, std::vector<const Plan::Item*>> qkv;  // a layer's separate Q, K and V, which may stack
   for (const Plan::Item& it : plan.items)
-    if (it.matrix && !it.table && it.name.rfind("blk.", 0) == 0)
+    if (it.matrix && !it.table && it.name.rfind("blk.", 0) == 0) {
+      const std::string layer = it.name.substr(0, it.name.find('.', 4) + 1);
+      for (const char* m : {"attn_q.", "attn_k.", "attn_v."})
+        if (it.name == layer + m + "weight") qkv[layer].push_back(&it);
       if (const size_t n = cuda::prompt_image_bytes_for(f.tensor(it.parts[0])->type, it.n_in, it.n_out); n > 0)
         want += align_up(n);
+    }
+  for (const auto& [layer, its] : qkv) {  // what the load will hold: one stacked image instead of three
+    if (its.size() != 3) continue;
+    std::vector<GgmlType> types;
+    std::vector<int64_t> outs;
+    size_t apart = 0;
+    for (const Plan::Item* it : its) {
+      types.push_back(f.tensor(it->parts[0])->type), outs.push_back(it->n_out);
+      apart += align_up(cuda::prompt_image_bytes_for(types.back(), it->n_in, it->n_out));
+    }
+    bool bias = false;
+    for (const char* m : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) bias = bias || f.tensor(layer + m) != nullptr;
+    if (const size_t n = cuda::prompt_image_stack_bytes_for(types, its[0]->n_in, outs); n > 0 && !bias)
+      want += align_up(n) - apart;
+  }
   if (want == 0 || plan.total > free_bytes) return {};
   const ImageRule r = image_rule(want, free_bytes - plan.total, cuda::prompt_image_mode());
   const double gib = double(want) / double(1ull << 30);
@@ -280,10 +300,15 @@ std::string LlamaCudaModel::memory_note() const {
 
 void LlamaCudaModel::build_prompt_images() {
   std::vector<DevWeight*> ms;
-  for (auto& L : layers_)
+  std::vector<DevLayer*> stacks;  // layers whose separate Q, K and V take one stacked image instead
+  for (auto& L : layers_) {
+    const std::vector<const DevWeight*> qkv{&L.wq, &L.wk, &L.wv};
+    const bool stack = !L.fused_qkv && !L.bq && !L.bk && !L.bv && cuda::prompt_image_stack_bytes(qkv) > 0;
+    if (stack) stacks.push_back(&L), image_want_ += align_up(cuda::prompt_image_stack_bytes(qkv));
     for (DevWeight* m : L.matrices())
-      if (m->q && cuda::prompt_image_bytes(*m) > 0)
+      if (m->q && cuda::prompt_image_bytes(*m) > 0 && !(stack && (m == &L.wq || m == &L.wk || m == &L.wv)))
         ms.push_back(m), image_want_ += align_up(cuda::prompt_image_bytes(*m));
+  }
   const int mode = cuda::prompt_image_mode();
   if (image_want_ == 0) return;
   const cuda::DeviceInfo dev = cuda::device_info(0);
@@ -302,12 +327,22 @@ void LlamaCudaModel::build_prompt_images() {
     return;
   }
   auto* at = static_cast<uint8_t*>(images_);
+  for (DevLayer* L : stacks) {
+    const std::vector<const DevWeight*> qkv{&L->wq, &L->wk, &L->wv};
+    const size_t n = cuda::prompt_image_stack_bytes(qkv);
+    L->qkv = cuda::prompt_image_stack(qkv, at);
+    at += align_up(n);
+  }
   for (DevWeight* m : ms) {
     const size_t n = cuda::prompt_image_bytes(*m);
     cuda::prompt_image_build(*m, at);
     at += align_up(n);
   }
   cuda::synchronize();
+}
+
+int64_t LlamaCudaModel::stacked_qkv_layers() const {
+  return std::count_if(layers_.begin(), layers_.end(), [](const DevLayer& L) { return L.qkv.f16w != nullptr; });
 }
 
 std::string LlamaCudaModel::image_hint() const {
@@ -319,8 +354,10 @@ std::string LlamaCudaModel::image_hint() const {
 bool LlamaCudaModel::drop_prompt_images(const char* for_what) {
   if (!images_ || images_asked_) return false;
   cuda::stream_sync();
-  for (auto& L : layers_)
+  for (auto& L : layers_) {
     for (DevWeight* m : L.matrices()) m->f16w = nullptr;
+    L.qkv = {};
+  }
   cuda::device_free(images_);
   images_ = nullptr;
   image_why_ = fmt::format("given back for {}", for_what);

@@ -38,6 +38,7 @@ class LlamaCudaModel : public Model {
   void set_graphs(bool on) override { graphs_on_ = on; }
   std::string memory_note() const override;
   size_t prompt_image_bytes() const { return images_ ? image_want_ : 0; }  // held now
+  int64_t stacked_qkv_layers() const;  // layers whose prompt rows read Q|K|V from one stacked image now
   size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;          // what bind_kv allocates for that pool
   double last_device_ms() const override { return last_device_ms_; }
   void last_logits_row(int64_t k, float* out) override;
@@ -48,6 +49,7 @@ class LlamaCudaModel : public Model {
   struct DevLayer {
     bool fused_qkv = false, fused_ffn = false;
     DevWeight wq, wk, wv, wo, gate, up, down;
+    DevWeight qkv;  // prompt rows' Q|K|V as one stacked wide image (qkv.f16w), where images are held and it pays
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
     std::array<DevWeight*, 7> matrices() { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }
     std::array<const DevWeight*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &gate, &up, &down}; }

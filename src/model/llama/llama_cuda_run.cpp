@@ -166,6 +166,11 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       if (Ly.bq) cuda::add_bias(q_, Ly.bq, n, Dq + 2 * Dkv);
       q_stride = Dq + 2 * Dkv;
       ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
+    } else if (qkv_f16 && norm_staged && Ly.qkv.f16w) {
+      // Prompt rows: Q|K|V from their stacked image, one product of one wave, stored as the stacked rows above.
+      cuda::gemv_prompt(Ly.qkv, h_, n, q_, nullptr, true);
+      q_stride = Dq + 2 * Dkv;
+      ks = {q_ + Dq, 0, q_stride}, vs = {q_ + Dq + Dkv, 0, q_stride};
     } else if (!Ly.bq && !Ly.bk && !Ly.bv &&
                (qkv_f16 || (n > cuda::gemv_split_rows() && !fp(Ly.wq) && !fp(Ly.wk) && !fp(Ly.wv) &&
                             cuda::gemv_stage(Ly.wq, n, pre_e)))) {
