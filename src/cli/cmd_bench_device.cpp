@@ -42,21 +42,28 @@ double matmul_params(const GgufFile& f) {
 double attention_flops(const GgufFile& f, int64_t n) {
   double w = 0;
   for (const auto& t : f.tensors())
-    if (t.ne.size() == 2 && t.name.ends_with(".attn_q.weight"))
-      w += double(t.ne[1]);
+    if (t.ne.size() == 2 && t.name.ends_with(".attn_q.weight")) w += double(t.ne[1]);
   return 4.0 * w * double(n) * double(n + 1) / 2.0;
 }
 
+// Device and host-launch milliseconds the forwards of the last prefill took.
+struct PrefillSplit {
+  double device_ms = 0, launch_ms = 0;
+};
+
 // The prompt `ids` written into the lease's pages, `ubatch` rows per forward, logits of the last one only.
-void prefill(Model& m, const KvLease& lease, const std::vector<int32_t>& ids, int64_t ubatch,
-             std::vector<float>& logits) {
+PrefillSplit prefill(Model& m, const KvLease& lease, const std::vector<int32_t>& ids, int64_t ubatch,
+                     std::vector<float>& logits) {
   const int64_t n = int64_t(ids.size());
+  PrefillSplit split;
   for (int64_t b = 0; b < n; b += ubatch) {
     std::vector<BatchRow> rows;
     for (int64_t i = b; i < std::min(n, b + ubatch); ++i)
       rows.push_back({&lease.pages, ids[size_t(i)], int32_t(i), i == n - 1, true});
     m.forward(rows, logits.data());
+    split.device_ms += m.last_device_ms(), split.launch_ms += m.last_launch_ms();
   }
+  return split;
 }
 
 struct Decode {
@@ -90,8 +97,9 @@ Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t u
   return {steps / wall, dev / steps, wall * 1e3 / steps};
 }
 
-// Median tok/s of reps prefills after an untimed one, as decode_run leaves out module loads and first touch.
-double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed, int64_t reps) {
+// Median tok/s of reps prefills after an untimed one, as decode_run leaves out module loads and first touch; `split`
+// gets the median run's device and launch time.
+double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed, int64_t reps, PrefillSplit& split) {
   const int64_t page = 32, pages = n / page + 2;
   KvCache kv(pages, page, 0);
   m.bind_kv(pages, page);
@@ -99,14 +107,15 @@ double prefill_run(Model& m, int64_t n, int64_t ubatch, uint32_t seed, int64_t r
   const auto ids = random_ids(n, m.info().n_vocab, seed);
   std::vector<float> logits(static_cast<size_t>(m.info().n_vocab));
   prefill(m, lease, ids, ubatch, logits);
-  std::vector<double> tps;
+  std::vector<std::pair<double, PrefillSplit>> tps;
   for (int64_t r = 0; r < reps; ++r) {
     const double t0 = now_s();  // the prompt and the logits row exist before the clock starts
-    prefill(m, lease, ids, ubatch, logits);
-    tps.push_back(double(n) / (now_s() - t0));
+    const PrefillSplit s = prefill(m, lease, ids, ubatch, logits);
+    tps.push_back({double(n) / (now_s() - t0), s});
   }
-  std::sort(tps.begin(), tps.end());
-  return tps[tps.size() / 2];
+  std::sort(tps.begin(), tps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  split = tps[tps.size() / 2].second;
+  return tps[tps.size() / 2].first;
 }
 
 // Aggregate decode through the engine itself: N streams admitted together, drafts off.
@@ -148,12 +157,15 @@ int run_device_bench(LoadedModel& lm, const DeviceBenchOptions& o) {
               double(info.n_params) / 1e9, wbytes / 1e9);
   std::printf("copy bandwidth: %.0f GB/s (bytes read + written)\n", bw / 1e9);
   for (int64_t pp : o.pp) {
-    const double tps = prefill_run(m, pp, o.ubatch, 7, o.reps);
+    PrefillSplit split;
+    const double tps = prefill_run(m, pp, o.ubatch, 7, o.reps, split);
     const double mm = 2.0 * matmul_params(*lm.file) * tps / 1e12, att = attention_flops(*lm.file, pp) * tps / pp / 1e12;
     std::printf(
         "pp%-5lld %10.1f tok/s  %7.2f TFLOP/s (2 x %.2fB matmul params per token; median of %lld after one "
         "untimed); %.2f TFLOP/s with causal attention's\n",
         (long long)pp, tps, mm, matmul_params(*lm.file) / 1e9, (long long)o.reps, mm + att);
+    std::printf("pp%-5lld that run: %.3f ms wall, %.3f ms on the device, %.3f ms launching on the host\n",
+                (long long)pp, 1e3 * double(pp) / tps, split.device_ms, split.launch_ms);
   }
   Decode g = decode_run(m, o.tg, true), ng = decode_run(m, o.tg, false);
   // KV read per token averages half the sequence over a run that starts empty.

@@ -76,6 +76,7 @@ class Model {
   virtual bool device_sampling() const { return false; }
   // Device backends: the last forward's device time (stream events), and CUDA graphs on or off (benchmarks).
   virtual double last_device_ms() const { return 0; }
+  virtual double last_launch_ms() const { return 0; }  // host time the last forward's launches took, where timed
   virtual void set_graphs(bool) {}
   // Device memory the backend keeps beyond weights and KV, in words (CUDA's prompt images), or "" for none.
   virtual std::string memory_note() const { return {}; }

@@ -39,8 +39,9 @@ class LlamaCudaModel : public Model {
   std::string memory_note() const override;
   size_t prompt_image_bytes() const { return images_ ? image_want_ : 0; }  // held now
   int64_t stacked_qkv_layers() const;  // layers whose prompt rows read Q|K|V from one stacked image now
-  size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;          // what bind_kv allocates for that pool
+  size_t kv_pool_bytes(int64_t n_pages, int64_t page_size) const;  // what bind_kv allocates for that pool
   double last_device_ms() const override { return last_device_ms_; }
+  double last_launch_ms() const override { return last_launch_ms_; }
   void last_logits_row(int64_t k, float* out) override;
   bool prompt_arithmetic_differs() const override { return prompt_f16_; }
 
@@ -112,7 +113,7 @@ class LlamaCudaModel : public Model {
   int64_t round_seqs_ = 0;                     // sequences among the staged round's rows
   int64_t round_slots_ = 0, round_tiles_ = 0;  // their keys' slots and the most 32-key tiles of one
   bool graphs_on_ = true;
-  double last_device_ms_ = 0;
+  double last_device_ms_ = 0, last_launch_ms_ = 0;
   int64_t last_logit_rows_ = 0;
   bool prompt_f16_ = false;                                     // some product takes gemv_prompt for prompt rows
   std::vector<int64_t> logit_slot_;                             // the device row of each logits row of the last round

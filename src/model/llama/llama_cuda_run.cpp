@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -302,6 +303,7 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     }
   } ev;
   ev.t0 = cuda::event_record_now();
+  const auto h0 = std::chrono::steady_clock::now();
   if (graphs_on_ && !prompt && n_logits == n && n <= kMaxGraphRows) {
     // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
     if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
@@ -323,6 +325,7 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     launch(n, n_logits, width, sample, false, prompt, off);
   }
   ev.t1 = cuda::event_record_now();
+  last_launch_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
   last_device_ms_ = cuda::event_ms(ev.t0, ev.t1);
 }
 
@@ -365,8 +368,9 @@ int64_t LlamaCudaModel::run_round(const std::vector<BatchRow>& rows, const std::
   run(part[0], sampling ? &samp[0] : nullptr, m0, false, 0);
   const double ms = last_device_ms_;
   cuda::stream_sync();  // the second forward restages the same host buffer (run's timing has waited already)
+  const double host = last_launch_ms_;
   run(part[1], sampling ? &samp[1] : nullptr, m1, true, m0);
-  last_device_ms_ += ms;
+  last_device_ms_ += ms, last_launch_ms_ += host;
   logit_slot_.assign(size_t(logit_rows), 0);
   for (int64_t i = 0; i < m0; ++i) logit_slot_[size_t(order[0][size_t(i)])] = i;
   for (int64_t i = 0; i < m1; ++i) logit_slot_[size_t(order[1][size_t(i)])] = m0 + i;
