@@ -23,6 +23,8 @@
 #include "quant/ggml/dequant.h"
 
 namespace tf::contract {
+// The decoding prompt product of m, with no planted control (contract_cuda_stack.cpp): what images must equal.
+std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows);
 namespace {
 
 struct Dev {
@@ -139,24 +141,6 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
   return {};
 }
 
-// The decoding prompt product of m, with no planted control: the reference a prompt image must equal bit for bit.
-std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows) {
-#if defined(TF_CTL) && TF_CTL
-  struct Off {  // the control stays planted in the checked product only
-    int ctl = g_active_control;
-    Off() { g_active_control = 0; }
-    ~Off() { g_active_control = ctl; }
-  } off;
-#endif
-  cuda::DeviceMatrix plain = m;
-  plain.f16w = nullptr;
-  Dev d(size_t(rows * m.n_out) * 4);
-  cuda::gemv_prompt(plain, dx, rows, d.as<float>());
-  std::vector<float> y(size_t(rows * m.n_out));
-  cuda::copy_to_host(y.data(), d.p, y.size() * 4);
-  return y;
-}
-
 // Output o of one x row in float64, and prompt.*'s bound on it: x and the weights' scales, mins and values each one
 // fp16 rounding under powers of two, one f32 tensor-core chain.
 struct PromptRef {
@@ -183,8 +167,7 @@ PromptRef prompt_reference(const std::vector<double>& wd, const std::vector<doub
 
 // Prompt rows' fp16 products (f16_prompt.cuh): float64 reference, their bound, each row alone, residual form. With
 // `image`, every product reads the weights' prompt image, which must also equal the decoding product bit for bit.
-// A `width` builds the images in blocks of that many outputs (past 128 the wide kernel); being bit-equal to the
-// decoding product, checked here, wide images keep prompt.*'s float64 bound, which their cases skip.
+// A `width` past 128 builds wide images, bit-equal to the decoding product, so their cases skip its float64 bound.
 std::string check_prompt(GgmlType type, bool image, int width = -1) {
   std::mt19937 rng(8765 + uint32_t(type) + uint32_t(width > 128 ? width : 0));
   struct Width {  // images after this check take the width they took before it

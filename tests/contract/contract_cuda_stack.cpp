@@ -1,12 +1,12 @@
-// Prompt images of several matrices stacked side by side (Q|K|V in one wide product): every output bit-equal to its
-// own matrix's decoding product, each row alone, staged and in the residual form; a stacked matrix without its image
-// refused.
+// Stacked prompt images (Q|K|V in one wide product): each column bit-equal to its own matrix's decoding product.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/ctl.h"
@@ -16,6 +16,7 @@
 #include "harness.h"
 
 namespace tf::contract {
+std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows);
 namespace {
 
 struct Mem {
@@ -31,21 +32,7 @@ std::vector<float> to_host(const void* p, size_t n) {
   return h;
 }
 
-// The decoding prompt product (no image), with no planted control: what each stacked column must equal.
-std::vector<float> decoding(const cuda::DeviceMatrix& m, const float* dx, int64_t rows) {
-#if defined(TF_CTL) && TF_CTL
-  struct Off {
-    int ctl = g_active_control;
-    Off() { g_active_control = 0; }
-    ~Off() { g_active_control = ctl; }
-  } off;
-#endif
-  cuda::DeviceMatrix plain = m;
-  plain.f16w = nullptr;
-  Mem d(size_t(rows * m.n_out) * 4);
-  cuda::gemv_prompt(plain, dx, rows, d.f());
-  return to_host(d.p, size_t(rows * m.n_out));
-}
+std::string refusals(const cuda::DeviceMatrix& s, const std::vector<cuda::DeviceMatrix>& ms, void* img);
 
 struct StackCase {
   int64_t n_in;
@@ -107,7 +94,7 @@ std::string check_case(const StackCase& c, std::mt19937& rng) {
     if (!canary_intact(y, size_t(rows * total))) return name + ": write past the output";
     int64_t first = 0;
     for (const auto& m : ms) {  // each matrix's columns of the stack against its own decoding product
-      const std::vector<float> want = decoding(m, dx.f(), rows);
+      const std::vector<float> want = prompt_plain(m, dx.f(), rows);
       for (int64_t r = 0; r < rows; ++r)
         if (int64_t d = first_bit_difference(want.data() + r * m.n_out, y.data() + r * total + first, size_t(m.n_out));
             d >= 0)
@@ -115,7 +102,8 @@ std::string check_case(const StackCase& c, std::mt19937& rng) {
                              first + d);
       first += m.n_out;
     }
-    for (int64_t r = 0; r<rows; r += rows> 8 ? 37 : 1) {
+    const int64_t step = rows > 8 ? 37 : 1;
+    for (int64_t r = 0; r < rows; r += step) {
       cuda::gemv_prompt(s, dx.f() + r * c.n_in, 1, d1.f());
       if (int64_t d = first_bit_difference(to_host(d1.p, size_t(total)).data(), y.data() + r * total, size_t(total));
           d >= 0)
@@ -136,18 +124,65 @@ std::string check_case(const StackCase& c, std::mt19937& rng) {
         return fmt::format("{}: residual form differs at {}", name, i);
     }
   }
-  cuda::DeviceMatrix bare = s;
-  bare.f16w = nullptr;
+  return refusals(s, ms, img.p);
+}
+
+// Whether fn throws a logic_error naming `why`.
+bool refused(const std::function<void()>& fn, const char* why) {
   try {
-    Mem dx(size_t(c.n_in) * 4), dy(size_t(total) * 4);
-    cuda::gemv_prompt(bare, dx.f(), 1, dy.f());
-    return name + ": a stacked matrix without its image was run";
-  } catch (const std::logic_error&) {
+    fn();
+  } catch (const std::logic_error& e) {
+    return std::string(e.what()).find(why) != std::string::npos;
   }
+  return false;
+}
+
+// What may not stack is not stacked, and a stacked matrix is read by its wide prompt product alone.
+std::string refusals(const cuda::DeviceMatrix& s, const std::vector<cuda::DeviceMatrix>& ms, void* img) {
+  Mem dx(size_t(s.n_in) * 4), dy(size_t(s.n_out) * 4);
+  cuda::DeviceMatrix bare = s, odd = ms[0], other_n = ms[1];
+  bare.f16w = nullptr;
+  odd.n_out -= 8, other_n.n_in /= 2, other_n.units /= 2;  // a join inside a 16-output tile; another row length
+  using V = std::vector<const cuda::DeviceMatrix*>;
+  for (const V& v :
+       {V{}, V{&ms[0]}, V{&ms[0], &ms[1], &ms[0], &ms[1]}, V{&odd, &ms[1]}, V{&ms[0], &other_n}, V{&s, &ms[0]}})
+    if (cuda::prompt_image_stack_bytes(v) != 0 || !refused([&] { cuda::prompt_image_stack(v, img); }, "do not stack"))
+      return fmt::format("a stack of {} matrices that may not stack was built", v.size());
+  {
+    const int before = cuda::set_prompt_image_width(128);  // narrow stacks would need the old kernel's exponents
+    const size_t narrow = cuda::prompt_image_stack_bytes(V{&ms[0], &ms[1]});
+    cuda::set_prompt_image_width(before);
+    if (narrow != 0) return "a stack in blocks of 128 outputs was sized";
+  }
+  if (!refused([&] { cuda::gemv_prompt(bare, dx.f(), 1, dy.f()); }, "read from its wide image only"))
+    return "a stacked matrix without its image was run";
+  if (!refused([&] { cuda::gemv(s, dx.f(), 1, dy.f()); }, "read by gemv_prompt from its image only"))
+    return "a stacked matrix was run by gemv";
+  cuda::DeviceMatrix again = s;
+  if (!refused([&] { cuda::prompt_image_build(again, img); }, "no weights of its own"))
+    return "a stacked matrix's image was rebuilt from its weights";
+  if (!refused([&] { cuda::prefetch_weights(s, 1.0, 1 << 20); }, "no weights of its own"))
+    return "a stacked matrix's weights were pulled";
   return {};
 }
 
 }  // namespace
+
+// The decoding prompt product (no image), with no planted control: the bits every prompt image must give.
+std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows) {
+#if defined(TF_CTL) && TF_CTL
+  struct Off {  // the control stays planted in the checked product only
+    int ctl = g_active_control;
+    Off() { g_active_control = 0; }
+    ~Off() { g_active_control = ctl; }
+  } off;
+#endif
+  cuda::DeviceMatrix plain = m;
+  plain.f16w = nullptr;
+  Mem d(size_t(rows * m.n_out) * 4);
+  cuda::gemv_prompt(plain, dx, rows, d.f());
+  return to_host(d.p, size_t(rows * m.n_out));
+}
 
 std::string check_cuda_prompt_stack() {
   std::mt19937 rng(2468);

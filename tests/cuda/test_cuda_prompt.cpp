@@ -217,8 +217,7 @@ TEST(CudaPromptRows, ImagesKeepTheDecodingBitsAndAreGivenBackFirstForTheKvPool) 
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0) << "the images changed prompt logits";
 }
 
-// Images in blocks of 192, 224 or 256 outputs run the wide kernel (x as wgmma's A), Q|K|V from one stacked image: the
-// same prompt logits as images of 128 (and so as no images), whole and chunked, on partial blocks.
+// Wide images (Q|K|V stacked) give the prompt logits of 128-output ones, whole and chunked, on partial blocks.
 TEST(CudaPromptRows, WideImagesGiveTheBitsOfNarrowOnes) {
   if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
   if (cuda::prompt_image_mode() == 0) GTEST_SKIP() << "TF_CUDA_PROMPT_IMAGE=0: no images";

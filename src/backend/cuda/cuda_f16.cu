@@ -202,10 +202,8 @@ bool width_ready(int width) {
 
 int f16_image_width(int64_t n_out) {
   const int forced = f16_image_width_mode();
-  if (forced > 0) return forced;
-  // Blocks of a 512-row chunk (four row blocks) in waves of one a SM, each wave as long as its blocks' outputs times
-  // what an output costs at that width: on a model's values wide blocks cost no less an output (N = 224 and 256 more),
-  // so they pay only where they save a wave, as Q|K|V stacked do (docs/prompt_rows.md).
+  if (forced > 0 && width_ready(forced)) return forced;
+  // Waves of a 512-row chunk's blocks times an output's cost: wide outputs cost no less (docs/prompt_rows.md).
   constexpr std::pair<int, double> kCost[] = {{128, 1.0}, {192, 1.05}, {224, 1.15}, {256, 1.15}};
   const int64_t sms = launch_device().sm_count;
   int best = 128;
@@ -264,9 +262,10 @@ size_t f16_stack_size_for(const GgmlType* types, const int64_t* n_out, int count
 }
 
 size_t f16_stack_size(const DeviceMatrix* const* ms, int count) {
+  if (count < 2 || count > 3) return 0;
   GgmlType types[3];
   int64_t n_out[3];
-  for (int i = 0; i < count && i < 3; ++i) {
+  for (int i = 0; i < count; ++i) {
     if (!f16_takes(*ms[i]) || ms[i]->n_in != ms[0]->n_in || ms[i]->f16_seg[0] != 0) return 0;
     types[i] = ms[i]->type, n_out[i] = ms[i]->n_out;
   }

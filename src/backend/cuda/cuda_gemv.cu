@@ -148,7 +148,10 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
 }
 
 // What every product checks before it launches anything.
-static void check_product(const DeviceMatrix& w, const float* x) {
+// A stacked matrix's weights are Q's alone (its n_out spans K and V): only its prompt product, from its image, reads it.
+static void check_product(const DeviceMatrix& w, const float* x, bool stacked_ok = false) {
+  if (w.f16_seg[0] != 0 && !stacked_ok)
+    throw std::logic_error("gemv: a stacked prompt matrix is read by gemv_prompt from its image only");
   if (!gemv_supports(w.type) || w.n_in % gemv_block_elems(w.type) != 0)
     throw std::runtime_error("gemv: unsupported format or row length");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.q) % 16 != 0 || w.slices < 1)
@@ -172,7 +175,7 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
 bool gemv_prompt_takes(const DeviceMatrix& w) { return f16_takes(w); }
 
 void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, bool staged) {
-  check_product(w, x);
+  check_product(w, x, true);
   f16_gemm(w, x, n_rows, y, residual, active_control(), staged);
   check(cudaGetLastError(), "gemv_prompt launch");
 }
@@ -258,6 +261,7 @@ int64_t prefetch_budget() {
 }
 
 int64_t prefetch_weights(const DeviceMatrix& w, double head, int64_t max_bytes) {
+  if (w.f16_seg[0] != 0) throw std::logic_error("prefetch_weights: a stacked prompt matrix has no weights of its own");
   if (prefetch_mode() == 0 || !w.q || max_bytes <= 0) return 0;
   const int64_t all = int64_t(device_matrix_bytes(w.type, w.n_in, w.n_out));
   if (double(all) * head > double(max_bytes)) head = double(max_bytes) / double(all);

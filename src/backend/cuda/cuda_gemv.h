@@ -29,8 +29,8 @@ struct DeviceMatrix {
   int f16_exp = 0;
   const uint8_t* f16w = nullptr;  // prompt rows' fp16 weights decoded once (prompt_image_build), or none
   int f16_tile = 128;             // outputs a block of the image holds: 128 (the image as A) or 192, 224, 256 (as B)
-  int f16_seg[2] = {0, 0};        // a stacked image (Q|K|V): outputs from f16_seg[i] > 0 on are another matrix's,
-  int f16_seg_exp[2] = {0, 0};    // under 2^f16_seg_exp[i] instead of 2^f16_exp
+  int f16_seg[2] = {0, 0};        // a stacked image (Q|K|V): outputs from f16_seg[i] > 0 on are the next matrix's,
+  int f16_seg_exp[2] = {0, 0};    // whose power of two is 2^f16_seg_exp[i]
 };
 // Elements one unit covers (32 or 256); a row's sums run over ceil(units / slices) units per slice.
 int64_t unit_elems(GgmlType type);
@@ -82,11 +82,10 @@ int prompt_image_mode();
 void set_prompt_image_mode(int mode);  // for tests: as if TF_CUDA_PROMPT_IMAGE were that (-1: unset)
 // Outputs a block of the prompt image of an n_out-output matrix holds (128, 192, 224 or 256), chosen at build time.
 int prompt_image_width(int64_t n_out);
-int set_prompt_image_width(int width);  // for tests and benches: images built next take it (-1: the rule); the old
+int set_prompt_image_width(int width);  // images built next take this width (-1: the rule); returns the one before
 // Decodes w into dst (device, prompt_image_bytes long) and points w.f16w at it.
 void prompt_image_build(DeviceMatrix& w, void* dst);
-// One image of several matrices' outputs side by side (Q|K|V: one product, one wave), where they share n_in, each
-// takes an image and the stack's width is a wide one; 0 bytes where not. The stacked matrix reads only its image.
+// One wide image of 2 or 3 matrices' outputs side by side (Q|K|V: one product of one wave); 0 bytes where not possible.
 size_t prompt_image_stack_bytes(const std::vector<const DeviceMatrix*>& ms);
 size_t prompt_image_stack_bytes_for(const std::vector<GgmlType>& types, int64_t n_in,
                                     const std::vector<int64_t>& n_out);

@@ -13,6 +13,26 @@ constexpr int kImgStageB = f16_unit_bytes(128) + kF16ImageUnit;
 constexpr int kImgStages = 6;
 constexpr int kImgSmemBytes = kImgStages * kImgStageB + 16 * kImgStages;
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// An image product's stage barriers: full completes on a unit's bytes, empty on all eight consumer warps' release.
+__device__ __forceinline__ void image_bars_init(uint32_t full0, uint32_t empty0, int stages) {
+  for (int s = 0; s < stages; ++s) mbar_init(full0 + 8 * s), mbar_init_count(empty0 + 8 * s, 8);
+  mbar_init_fence();
+}
+
+// The one producer thread: unit u of x and of the image into stage u % stages once its last unit was released.
+__device__ __forceinline__ void image_produce(uint32_t base, uint32_t full0, uint32_t empty0, int stages, int stage_b,
+                                              const uint8_t* xb, int x_b, const uint8_t* wb, int img_b, int64_t units) {
+  for (int64_t u = 0; u < units; ++u) {
+    const uint32_t s = uint32_t(u % stages), full = full0 + 8 * s, to = base + s * stage_b;
+    if (u >= stages) mbar_wait(empty0 + 8 * s, uint32_t((u / stages - 1) & 1));
+    mbar_expect(full, stage_b);
+    bulk_copy(to, xb + u * x_b, x_b, full);
+    bulk_copy(to + x_b, wb + u * img_b, img_b, full);
+  }
+}
+#endif
+
 // 128 outputs x 128 rows a block, one block a SM: the decoding kernel's units and chain, so its bits.
 __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args A) {
   grid_wait();
@@ -25,22 +45,12 @@ __global__ void __launch_bounds__(kImgThreads, 1) f16_image_gemm_kernel(F16Args 
   const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share a weight tile run together
   const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), full0 = base + uint32_t(kImgStages * kImgStageB);
   const uint32_t empty0 = full0 + 8 * kImgStages;
-  if (tid == 0) {
-    for (int s = 0; s < kImgStages; ++s) mbar_init(full0 + 8 * s), mbar_init_count(empty0 + 8 * s, 8);
-    mbar_init_fence();
-  }
+  if (tid == 0) image_bars_init(full0, empty0, kImgStages);
   __syncthreads();
-  if (wg == 0) {  // one thread starts every copy; a stage is refilled once all eight consumer warps released it
-    if (tid != 0) return;
-    const uint8_t* xb = A.xw + rb * w.units * kXB;
-    const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit;
-    for (int64_t u = 0; u < w.units; ++u) {
-      const uint32_t s = uint32_t(u % kImgStages), full = full0 + 8 * s, to = base + s * kImgStageB;
-      if (u >= kImgStages) mbar_wait(empty0 + 8 * s, uint32_t((u / kImgStages - 1) & 1));
-      mbar_expect(full, kImgStageB);
-      bulk_copy(to, xb + u * kXB, kXB, full);
-      bulk_copy(to + kXB, wb + u * kF16ImageUnit, kF16ImageUnit, full);
-    }
+  if (wg == 0) {  // one thread starts every copy
+    if (tid == 0)
+      image_produce(base, full0, empty0, kImgStages, kImgStageB, A.xw + rb * w.units * kXB, kXB,
+                    w.f16w + int64_t(blockIdx.y) * w.units * kF16ImageUnit, kF16ImageUnit, w.units);
     return;
   }
   const int ct = tid - 128, lane = ct & 31, g = lane >> 2, t = lane & 3, warp = ct >> 5;  // consumer warp 0..7

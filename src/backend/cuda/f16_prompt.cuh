@@ -254,8 +254,7 @@ __device__ __forceinline__ void f16_meta(const DeviceMatrix& w, int64_t tm, int6
     for (int k = 0; k < 5; ++k) m[hr][k] = __ldg(p + 40 * hr + k);
 }
 
-// A warp per (16-output tile, unit), four units a block: the very F16W<kType>::frags of the decoding kernel. Tile t
-// lands at tile0 + t of the image, whose blocks hold w.f16_tile outputs (tile0 > 0: the next matrix of a stack).
+// A warp per (16-output tile, unit), four a block: the decoding kernel's F16W::frags; tile t lands at tile0 + t.
 template <int kType>
 __global__ void f16_image_kernel(DeviceMatrix w, uint8_t* __restrict__ img, int64_t tile0, int ctl) {
   grid_wait();

@@ -3,11 +3,11 @@
 
 #include <cstdint>
 
+#include "backend/cuda/f16_image_gemm.cuh"
 #include "backend/cuda/f16_prompt.cuh"
 #include "backend/cuda/wgmma_wide.cuh"
 
-// The wide prompt image product: x as wgmma's A (64 rows a warpgroup), the image as B (kW outputs), so each unit of
-// x in shared memory serves kW outputs instead of 128, with the image kernel's producer thread and stage releases.
+// The wide prompt image product: x as wgmma's A, the image as B, so a unit of x serves kW outputs instead of 128.
 namespace tf::cuda {
 
 constexpr int kWideThreads = 384;  // one thread of warpgroup 0 brings the units; 1 and 2 take 64 rows each
@@ -26,17 +26,16 @@ __device__ __forceinline__ void wide_store(const F16Args& A, float (&c)[kW / 2],
   auto exp_of = [&](int64_t o) {
     return s1 && o + seg_ctl >= s1 ? w.f16_seg_exp[1] : s0 && o + seg_ctl >= s0 ? w.f16_seg_exp[0] : w.f16_exp;
   };
-#pragma unroll
-  for (int i = 0; i < kW / 2; ++i)
-    c[i] = ldexpf(c[i], -(row_e[g + 8 * ((i & 3) >> 1)] + exp_of(out0 + 8 * (i >> 2) + 2 * t + (i & 1))));
+  const int er[2] = {row_e[g], row_e[g + 8]};
   const bool pairs = (w.n_out & 1) == 0 && (reinterpret_cast<uintptr_t>(A.y) & 7) == 0;  // one 8-byte store a pair
 #pragma unroll
   for (int j4 = 0; j4 < kW / 8; j4 += 2) {
     float r[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 8; ++i) {  // scaled a group at a time, so no group's exponents wait in registers
       const int64_t o = out0 + 8 * (j4 + (i >> 2)) + 2 * t + (i & 1), row = row0 + g + 8 * ((i & 3) >> 1);
       r[i] = A.residual && o < w.n_out && row < A.n_rows ? A.residual[row * w.n_out + o] : 0.0f;
+      c[4 * j4 + i] = ldexpf(c[4 * j4 + i], -(er[(i & 3) >> 1] + exp_of(o)));
     }
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
@@ -71,23 +70,13 @@ __global__ void __launch_bounds__(kWideThreads, 1) f16_wide_gemm_kernel(F16Args 
   const int64_t rb = blockIdx.x;  // row blocks fastest: the blocks that share an image tile run together
   const uint32_t base = uint32_t(__cvta_generic_to_shared(sm)), full0 = base + uint32_t(kStages * kStageB);
   const uint32_t empty0 = full0 + 8 * kStages;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) mbar_init(full0 + 8 * s), mbar_init_count(empty0 + 8 * s, 8);
-    mbar_init_fence();
-  }
+  if (tid == 0) image_bars_init(full0, empty0, kStages);
   __syncthreads();
-  if (wg == 0) {  // one thread starts every copy; a stage is refilled once all eight consumer warps released it
+  if (wg == 0) {                                          // one thread starts every copy
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // its registers go to the consumers' accumulators
-    if (tid != 0) return;
-    const uint8_t* xb = A.xw + rb * w.units * kXB;
-    const uint8_t* wb = w.f16w + int64_t(blockIdx.y) * w.units * kIB;
-    for (int64_t u = 0; u < w.units; ++u) {
-      const uint32_t s = uint32_t(u % kStages), full = full0 + 8 * s, to = base + s * kStageB;
-      if (u >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((u / kStages - 1) & 1));
-      mbar_expect(full, kStageB);
-      bulk_copy(to, xb + u * kXB, kXB, full);
-      bulk_copy(to + kXB, wb + u * kIB, kIB, full);
-    }
+    if (tid == 0)
+      image_produce(base, full0, empty0, kStages, kStageB, A.xw + rb * w.units * kXB, kXB,
+                    w.f16w + int64_t(blockIdx.y) * w.units * kIB, kIB, w.units);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");

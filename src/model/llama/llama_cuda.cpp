@@ -300,11 +300,11 @@ std::string LlamaCudaModel::memory_note() const {
 
 void LlamaCudaModel::build_prompt_images() {
   std::vector<DevWeight*> ms;
-  std::vector<DevLayer*> stacks;  // layers whose separate Q, K and V take one stacked image instead
+  std::vector<std::pair<DevLayer*, size_t>> stacks;  // layers whose separate Q, K and V take one stacked image
   for (auto& L : layers_) {
-    const std::vector<const DevWeight*> qkv{&L.wq, &L.wk, &L.wv};
-    const bool stack = !L.fused_qkv && !L.bq && !L.bk && !L.bv && cuda::prompt_image_stack_bytes(qkv) > 0;
-    if (stack) stacks.push_back(&L), image_want_ += align_up(cuda::prompt_image_stack_bytes(qkv));
+    const size_t n = L.fused_qkv || L.bq || L.bk || L.bv ? 0 : cuda::prompt_image_stack_bytes({&L.wq, &L.wk, &L.wv});
+    const bool stack = n > 0;
+    if (stack) stacks.push_back({&L, n}), image_want_ += align_up(n);
     for (DevWeight* m : L.matrices())
       if (m->q && cuda::prompt_image_bytes(*m) > 0 && !(stack && (m == &L.wq || m == &L.wk || m == &L.wv)))
         ms.push_back(m), image_want_ += align_up(cuda::prompt_image_bytes(*m));
@@ -327,10 +327,8 @@ void LlamaCudaModel::build_prompt_images() {
     return;
   }
   auto* at = static_cast<uint8_t*>(images_);
-  for (DevLayer* L : stacks) {
-    const std::vector<const DevWeight*> qkv{&L->wq, &L->wk, &L->wv};
-    const size_t n = cuda::prompt_image_stack_bytes(qkv);
-    L->qkv = cuda::prompt_image_stack(qkv, at);
+  for (auto [L, n] : stacks) {
+    L->qkv = cuda::prompt_image_stack({&L->wq, &L->wk, &L->wv}, at);
     at += align_up(n);
   }
   for (DevWeight* m : ms) {

@@ -62,8 +62,9 @@ class LlamaCudaModel : public Model {
   size_t kv_bytes(int64_t n_pages, int64_t page_size) const;  // the pool's keys and values alone
   size_t att_part_bytes(int64_t n_pages, int64_t page_size) const;
   int64_t prompt_key_slots(int64_t n_pages, int64_t page_size) const;  // converted prompt keys the partials hold
-  void rope_table_to(int64_t n_pos);  // extends rope_cos_ and rope_sin_ to at least n_pos positions
-  void build_prompt_images();         // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
+  // A block's cos and sin rows of n_rot / 2 floats each, a position after another.
+  const float* rope_block(int64_t block);
+  void build_prompt_images();  // the prompt products' fp16 weights, where TF_CUDA_PROMPT_IMAGE and memory allow
   bool drop_prompt_images(const char* for_what);  // frees unasked images for memory the engine needs; false if none
   // Graphs, pinned staging and device memory, for the destructor or a failed load only: other state is left stale.
   void release_device() noexcept;
@@ -84,8 +85,8 @@ class LlamaCudaModel : public Model {
   ModelInfo info_;
   int64_t kv_row_ = 0;
   std::vector<float> rope_freqs_;
-  // rope_angles of positions [0, size / (n_rot / 2)), filled as rows reach them (rope_table_to)
-  std::vector<float> rope_cos_, rope_sin_;
+  // rope_angles of 1,024-position blocks, each made when a row first reaches it
+  std::vector<std::vector<float>> rope_blocks_;
   void* weights_ = nullptr;    // one device allocation holding every tensor
   void* images_ = nullptr;     // the prompt images of every layer matrix that has one, or none
   size_t image_want_ = 0;      // what the images take (or would)

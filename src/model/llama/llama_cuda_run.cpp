@@ -44,16 +44,20 @@ struct Layout {
 
 }  // namespace
 
-void LlamaCudaModel::rope_table_to(int64_t n_pos) {
-  const int64_t half = cfg_.n_rot / 2, have = half > 0 ? int64_t(rope_cos_.size()) / half : n_pos;
-  if (n_pos <= have) return;
-  // Whole 1,024-position steps: a row's angles cost microseconds of trigonometry, paid once per position.
-  const int64_t to = std::max(n_pos, have + 1024);
-  rope_cos_.resize(size_t(to * half)), rope_sin_.resize(size_t(to * half));
-  for (int64_t p = have; p < to; ++p)
-    cpu::rope_angles(p, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_freq_scale,
-                     rope_freqs_.empty() ? nullptr : rope_freqs_.data(), rope_cos_.data() + p * half,
-                     rope_sin_.data() + p * half);
+// Angles in double trigonometry are dear a row and the same each round: made once a position, in whole blocks.
+const float* LlamaCudaModel::rope_block(int64_t block) {
+  constexpr int64_t kPositions = 1024;
+  const int64_t half = cfg_.n_rot / 2;
+  if (block >= int64_t(rope_blocks_.size())) rope_blocks_.resize(size_t(block + 1));
+  if (rope_blocks_[size_t(block)].empty()) {
+    std::vector<float> b(size_t(kPositions * 2 * half));
+    for (int64_t p = 0; p < kPositions; ++p)
+      cpu::rope_angles(block * kPositions + p, cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_freq_scale,
+                       rope_freqs_.empty() ? nullptr : rope_freqs_.data(), b.data() + p * 2 * half,
+                       b.data() + p * 2 * half + half);
+    rope_blocks_[size_t(block)] = std::move(b);
+  }
+  return rope_blocks_[size_t(block)].data();
 }
 
 int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const std::vector<RowSampling>* sampling,
@@ -63,10 +67,8 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
   int64_t max_pages = 1, want = 0;
   if (!kv_) fail("no KV pool is bound on the device");
   if (n > kCudaMaxRows) fail("a forward of {} rows: the CUDA kernels take at most {}", n, kCudaMaxRows);
-  int64_t max_pos = 0;
   for (const auto& r : rows) {
     want += r.want_logits ? 1 : 0;
-    max_pos = std::max<int64_t>(max_pos, r.pos);
     TF_CHECK(r.pages && r.pos >= 0 && r.pos / page_size_ < int64_t(r.pages->size()),
              "row position {} outside its sequence's pages", r.pos);
     TF_CHECK(r.token >= 0 && r.token < c.n_vocab, "row token {} outside the vocabulary", r.token);
@@ -76,7 +78,6 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
            max_pages * page_size_, kMaxKeys);
   const int64_t width = cuda_table_width(max_pages, page_size_);
   ensure_capacity(n, off + want, n * width);
-  rope_table_to(max_pos + 1);
   Layout L{n, width, half};
   void* h = staging_host_;
   std::memset(L.table(h), 0, size_t(n * width) * 4);
@@ -98,8 +99,11 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     L.pos(h)[r] = b.pos;
     L.row_seq(h)[r] = seq;
     if (b.want_logits) L.logit_idx(h)[n_logits++] = int32_t(r);
-    std::memcpy(L.cos(h) + r * half, rope_cos_.data() + b.pos * half, size_t(half) * 4);
-    std::memcpy(L.sin(h) + r * half, rope_sin_.data() + b.pos * half, size_t(half) * 4);
+    if (half > 0) {
+      const float* a = rope_block(b.pos / 1024) + (b.pos % 1024) * 2 * half;
+      std::memcpy(L.cos(h) + r * half, a, size_t(half) * 4),
+          std::memcpy(L.sin(h) + r * half, a + half, size_t(half) * 4);
+    }
   }
   if (sampling) {
     TF_CHECK(int64_t(sampling->size()) == n_logits, "{} sampling rows for {} logits rows", sampling->size(), n_logits);
