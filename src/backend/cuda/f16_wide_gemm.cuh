@@ -5,7 +5,7 @@
 
 #include "backend/cuda/f16_image_gemm.cuh"
 #include "backend/cuda/f16_prompt.cuh"
-#include "backend/cuda/wgmma_wide.cuh"
+#include "backend/cuda/wgmma_ops.cuh"
 
 // The wide prompt image product: x as wgmma's A, the image as B, so a unit of x serves kW outputs instead of 128.
 namespace tf::cuda {
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(kWideThreads, 1) f16_wide_gemm_kernel(F16Args 
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
       if (TF_FCTL(133) && u == 0 && st == 1) continue;  // planted: a step's terms lost
-      wgmma_f16_ss_wide<kW>(c, a_strides | (a_at + uint32_t(st * 4096 >> 4)),
-                            b_strides | (b_at + uint32_t(st * kW * 32 >> 4)), (u > 0 || st > 0) ? 1 : 0);
+      wgmma_f16_ss<kW>(c, a_strides | (a_at + uint32_t(st * 4096 >> 4)),
+                       b_strides | (b_at + uint32_t(st * kW * 32 >> 4)), (u > 0 || st > 0) ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
