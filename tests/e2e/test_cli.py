@@ -210,7 +210,8 @@ def test_info_names_the_prompt_chunk_its_backend_serves_with(tf_bin, model_path)
                                              ("TF_MMA_WGMMA", "off", "0 to 1"), ("TF_CUDA_PDL", "2", "0 to 1"),
                                              ("TF_CUDA_PREFETCH", "on", "0 to 1"),
                                              ("TF_CUDA_PROMPT_F16", "no", "0 to 1"),
-                                             ("TF_CUDA_PROMPT_IMAGE", "auto", "0 to 1")])
+                                             ("TF_CUDA_PROMPT_IMAGE", "auto", "0 to 1"),
+                                             ("TF_CUDA_IMAGE_WIDE", "7", "0 to 3")])
 def test_a_bad_cuda_developer_switch_is_refused_by_name(tf_bin, model_path, name, bad, takes):
     # The CPU backend never reads the CUDA switches; where CUDA runs, cuda and auto both refuse a bad value at startup.
     cpu = tf(tf_bin, "run", model_path, "-p", "hi", "-n", "1", "--backend", "cpu", env={name: bad})
