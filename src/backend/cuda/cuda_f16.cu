@@ -17,19 +17,6 @@ namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 int64_t padded_rows(int64_t n_rows) { return (n_rows + kF16RowPad - 1) / kF16RowPad * kF16RowPad; }
 
-// Whether the sm_90a build of a kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.
-template <typename K>
-bool sm90a_ready(K kernel, int smem) {
-  cudaFuncAttributes fa{};
-  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion != 90) {
-    cudaGetLastError();
-    return false;
-  }
-  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
-  cudaGetLastError();
-  return ok;
-}
-
 template <int kType, int kN>
 bool kernel_ready() {
   static const bool ready = sm90a_ready(f16_wgmma_kernel<kType, kN>, f16_smem_bytes(kN));

@@ -50,4 +50,17 @@ void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... a
     throw std::runtime_error(std::string("CUDA launch: ") + cudaGetErrorString(e));
   }
 }
+
+// Whether the sm_90a build of a kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.
+template <typename K>
+bool sm90a_ready(K kernel, int smem) {
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion != 90) {
+    cudaGetLastError();
+    return false;
+  }
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+  cudaGetLastError();
+  return ok;
+}
 }  // namespace tf::cuda

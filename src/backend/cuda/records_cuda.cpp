@@ -215,14 +215,23 @@ std::vector<KernelRecord> make_records() {
   r.push_back({"attention_prompt_keys",
                "cuda",
                {"f32"},
-               "as attention_prompt, its keys converted once a call by attention_f16_keys_kernel (a block a 32-key "
-               "tile, sequence and KV head, convert_row as the prompt kernel's blocks) into [kv head][slot] fp16 rows "
-               "and factors, which each block copies by cp.async instead of converting its own",
+               "as attention_prompt (the production path), its keys converted once a call by "
+               "attention_wg_keys_kernel (convert_row, as the block kernel) into 32-key tiles of K and V^T laid out "
+               "as wgmma operands, and attention_wg_kernel: two warpgroups of the block kernel's rows, a producer "
+               "warp bringing two tiles a step by bulk copy, both tiles' scores by one wgmma chain, then the softmax "
+               "and P V tile by tile",
                "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
-               "output against the blocks' own conversion bit for bit, every row against itself alone; a canary "
-               "after the output; slots of no whole tiles and no sequences refused before any launch",
-               "bit-equal to attention_prompt (the same tiles in shared memory), so its bound",
-               {{209, "a key converted from the next position"}, {210, "a tile's key and value factors swapped"}}});
+               "output against the block kernel (attention_prompt without converted keys) bit for bit, and against "
+               "the float64 reference; every row against itself alone; a canary after the output; slots of no "
+               "whole tiles and no sequences refused before any launch",
+               "bit-equal to attention_prompt (the same float steps and chain orders), so its bound",
+               {{203, "a key that cannot be used read as zeros"},
+                {209, "a key converted from the next position"},
+                {210, "a tile's key and value factors swapped"},
+                {211, "a step's second tile lost from P V"},
+                {212, "the score chain kept in fp16"},
+                {213, "a row reads its neighbour's query"},
+                {214, "the last row written one row late"}}});
   for (const char* f : {"q8_0", "q4_k", "q6_k", "bf16", "q4_1"})
     r.push_back({std::string("embedding.") + f,
                  "cuda",
