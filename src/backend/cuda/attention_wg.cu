@@ -152,7 +152,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const bool swap = TF_DCTL(210);  // planted: key and value factors swapped
         for (int st = 0; 2 * st < n_tiles; ++st, ++step) {
           const uint32_t b = uint32_t(step % kWgStages), at = base + b * kStage, full = full0 + 8 * b;
-          if (step >= kWgStages) mbar_wait(empty0 + 8 * b, uint32_t((step / kWgStages - 1) & 1));
+          if (step >= kWgStages) {  // the query warps' reads of the stage, ordered before the copies refill it
+            mbar_wait(empty0 + 8 * b, uint32_t((step / kWgStages - 1) & 1));
+            async_proxy_fence();
+          }
           const uint32_t nt = uint32_t(min(2, n_tiles - 2 * st));
           mbar_expect(full, nt * (kTile + 2 * kFK * 4));
           bulk_copy(at, im.kv + (t0 + 2 * st) * kTile, nt * kTile, full);
