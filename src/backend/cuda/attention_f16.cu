@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kFW * 32, 1)
     if (!waited) grid_wait(), waited = true;  // Q and the keys are the previous kernels'
     uint32_t qa[D / 16][4];
     float qf[2];
-    query_fragments<D>(q, q_stride, n_rows, wrow0, head, lim, __fmul_rn(scale, 1.44269504088896341f), TF_DCTL(207),
-                       qa, qf);
+    query_fragments<D>(q, q_stride, n_rows, wrow0, head, lim, __fmul_rn(scale, 1.44269504088896341f), TF_DCTL(207), qa,
+                       qf);
     float o[D / 8][4] = {}, mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.0f, 0.0f};
     const int jl = warp * (kFK / kFW) + lane / 8, c8 = lane % 8;  // the key row this lane converts, its eighth
     // Two tiles in flight in registers: a key row's page lookup and its loads are two dependent reads.
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kFW * 32, 1)
       step(it, kr0, vr0);
       if (it + 1 < n_tiles) step(it + 1, kr1, vr1);
     }
-    __syncthreads();  // the next pass refills the buffers
+    __syncthreads();                                                             // the next pass refills the buffers
     write_rows<D>(o, lrun, lim, wrow0, n_rows, width, head, TF_DCTL(206), out);  // planted 206: last row one late
   }
   if (!waited) grid_wait();
@@ -209,7 +209,7 @@ void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const in
     const int64_t G = n_head / n_kv_head, HB = std::min<int64_t>(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
     const dim3 grid(unsigned((n_rows + 16 * RW - 1) / (16 * RW)), unsigned(n_kv_head * HG));
     (head_dim == 64 ? launch_f16<64> : launch_f16<128>)(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head),
-                                                       int(n_kv_head), scale, out);
+                                                        int(n_kv_head), scale, out);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA prompt attention: ") + cudaGetErrorString(e));

@@ -63,7 +63,6 @@ __device__ __forceinline__ void convert_row(const float4 (&kr)[D / 32], const fl
   vf = pow2(-ev);
 }
 
-
 // A warp's 16 rows of one head as fp16 A fragments, each row under its own power of two, which qf takes off the
 // scores again (with the scale in log2 units); rows with no keys read as zeros. nb: the neighbour row's query.
 template <int D>

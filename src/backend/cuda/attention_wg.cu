@@ -14,7 +14,7 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kWgStages = 4;               // steps of two tiles in flight
+constexpr int kWgStages = 4;                // steps of two tiles in flight
 constexpr int kWgThreads = 128 + kFW * 32;  // a producer warpgroup and two warpgroups of query warps
 
 // A 32-key tile: four groups of 8 keys, each K's cores (8 keys x 8 dims, 16 bytes a key) by dims, then V^T's cores

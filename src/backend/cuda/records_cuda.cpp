@@ -218,8 +218,8 @@ std::vector<KernelRecord> make_records() {
                "as attention_prompt (the production path), its keys converted once a call by "
                "attention_wg_keys_kernel (convert_row, as the block kernel) into 32-key tiles of K and V^T laid out "
                "as wgmma operands, and attention_wg_kernel: two warpgroups of the block kernel's rows, a producer "
-               "warpgroup bringing two tiles a step by bulk copy, both tiles' scores by one wgmma chain, then the softmax "
-               "and P V tile by tile",
+               "warpgroup bringing two tiles a step by bulk copy, both tiles' scores by one wgmma chain, then the "
+               "softmax and P V tile by tile",
                "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
                "output against the block kernel (attention_prompt without converted keys) bit for bit, and against "
                "the float64 reference; every row against itself alone; a canary after the output; slots of no "
