@@ -139,15 +139,17 @@ std::string prompt_cases(bool conv) {
     if (std::string(e.what()).find("not head size 96 with 32/8 heads") == std::string::npos)
       return std::string("head size 96 refused for another reason: ") + e.what();
   }
-  if (conv) {  // converted keys whose slots are not whole tiles, or with no sequence, are refused before any launch
+  if (conv) {  // converted keys whose slots are not whole tile pairs, or with no sequence, are refused before any
+               // launch
     int32_t dummy = 0;
     for (const cuda::PromptKeys& bad :
-         {cuda::PromptKeys{&dummy, &dummy, &dummy, 40, 1, 2}, cuda::PromptKeys{&dummy, &dummy, &dummy, 64, 0, 2}}) {
+         {cuda::PromptKeys{&dummy, &dummy, &dummy, 40, 1, 2}, cuda::PromptKeys{&dummy, &dummy, &dummy, 96, 1, 2},
+          cuda::PromptKeys{&dummy, &dummy, &dummy, 64, 0, 2}}) {
       try {
         cuda::attention_prompt(nullptr, 0, 0, nullptr, nullptr, cuda::PagedKv{}, 32, 8, 128, 1.0f, nullptr, &bad);
         return fmt::format("converted keys of {} slots and {} sequences were not refused", bad.slots, bad.n_seqs);
       } catch (const std::logic_error& e) {
-        if (std::string(e.what()).find("whole number of tiles' slots") == std::string::npos)
+        if (std::string(e.what()).find("whole number of tile pairs' slots") == std::string::npos)
           return std::string("bad converted keys refused for another reason: ") + e.what();
       }
     }

@@ -157,7 +157,8 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   const std::vector<float> alone_a = feed(m, ids_a, 40, true), alone_b = feed(m, ids_b, 23, true);
   std::vector<std::vector<float>> alone_one;
   for (int32_t id : ones) alone_one.push_back(feed(m, {id}, 1, true));
-  // A pool of 512 tokens: 512 slots. A (40 keys) and B (23) take 64 + 32; seventeen one-token prompts take 17 x 32.
+  // A pool of 512 tokens: 512 slots. A (40 keys) and B (23) take a 64-key pair each; seventeen one-token prompts take
+  // 17 x 64.
   KvCache kv(32, 16, 0);
   m.bind_kv(32, 16);
   KvLease a = *kv.acquire({}, 48), b = *kv.acquire({}, 32);
@@ -167,7 +168,7 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   std::vector<float> got(63 * size_t(kV));
   const int64_t conv0 = cuda::attention_prompt_key_launches();
   m.forward(two, got.data());
-  EXPECT_EQ(cuda::attention_prompt_key_launches() - conv0, kL) << "96 slots fit the scratch: keys converted once";
+  EXPECT_EQ(cuda::attention_prompt_key_launches() - conv0, kL) << "128 slots fit the scratch: keys converted once";
   EXPECT_EQ(std::memcmp(alone_b.data(), got.data(), 23 * size_t(kV) * 4), 0) << "B's rows beside A's";
   EXPECT_EQ(std::memcmp(alone_a.data(), got.data() + 23 * size_t(kV), 40 * size_t(kV) * 4), 0) << "A's rows beside B's";
   std::vector<KvLease> leases;
@@ -177,7 +178,7 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   got.assign(ones.size() * size_t(kV), 0.0f);
   const int64_t conv1 = cuda::attention_prompt_key_launches();
   m.forward(many, got.data());
-  EXPECT_EQ(cuda::attention_prompt_key_launches(), conv1) << "544 slots do not fit: each block converts its own";
+  EXPECT_EQ(cuda::attention_prompt_key_launches(), conv1) << "1088 slots do not fit: each block converts its own";
   for (size_t i = 0; i < ones.size(); ++i)
     EXPECT_EQ(std::memcmp(alone_one[i].data(), got.data() + i * size_t(kV), kV * 4), 0) << "one-token prompt " << i;
 }

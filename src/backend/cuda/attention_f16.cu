@@ -198,8 +198,9 @@ void attention_prompt(const float* q, int64_t q_stride, int64_t n_rows, const in
   if (launch_device().major < 9)  // built for sm_90a and compute_90 only
     throw std::runtime_error("attention: the fp16 prompt kernel needs compute capability 9.0");
   const bool conv = keys && keys->scratch;
-  if (conv && (keys->n_seqs <= 0 || keys->max_tiles <= 0 || keys->slots % kFK != 0 || !keys->slot || !keys->keys))
-    throw std::logic_error("attention: converted prompt keys need sequences, tiles and a whole number of tiles' slots");
+  if (conv && (keys->n_seqs <= 0 || keys->max_tiles <= 0 || keys->slots % (2 * kFK) != 0 || !keys->slot || !keys->keys))
+    throw std::logic_error(
+        "attention: converted prompt keys need sequences, tiles and a whole number of tile pairs' slots");
   if (n_rows == 0) return;
   upload_control();
   if (conv && attention_wg_prompt(q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), int(head_dim),

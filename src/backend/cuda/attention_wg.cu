@@ -52,7 +52,7 @@ template <int D>
 __global__ void __launch_bounds__(kFW * 32) attention_wg_keys_kernel(PagedKv kv, PromptKeys pk, int n_kv_head) {
   grid_wait();  // the keys are the previous kernels'
   const int s = int(blockIdx.y), kvh = int(blockIdx.z), keys = pk.keys[s];
-  if (int(blockIdx.x) * kFK >= keys) return;
+  if (int(blockIdx.x & ~1u) * kFK >= keys) return;  // a tile pair's second tile is written, zeros past the keys
   const int jl = threadIdx.x / 8, c8 = threadIdx.x % 8, j = int(blockIdx.x) * kFK + jl;
   float4 kr[D / 32], vr[D / 32];
 #pragma unroll
@@ -146,21 +146,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const KeyTiles im = key_tiles(pk.scratch, pk.slots, n_kv_head, D);
       int step = 0;
       for_passes([&](int seq, int n_keys) {
-        const int n_tiles = (n_keys + kFK - 1) / kFK;
+        const int n_steps = (n_keys + 2 * kFK - 1) / (2 * kFK);
         const int64_t t0 = int64_t(kvh) * (pk.slots / kFK) + pk.slot[seq] / kFK;
         const int64_t f0 = int64_t(kvh) * pk.slots + pk.slot[seq];
         const bool swap = TF_DCTL(210);  // planted: key and value factors swapped
-        for (int st = 0; 2 * st < n_tiles; ++st, ++step) {
+        for (int st = 0; st < n_steps; ++st, ++step) {
           const uint32_t b = uint32_t(step % kWgStages), at = base + b * kStage, full = full0 + 8 * b;
           if (step >= kWgStages) {  // the query warps' reads of the stage, ordered before the copies refill it
             mbar_wait(empty0 + 8 * b, uint32_t((step / kWgStages - 1) & 1));
             async_proxy_fence();
           }
-          const uint32_t nt = uint32_t(min(2, n_tiles - 2 * st));
-          mbar_expect(full, nt * (kTile + 2 * kFK * 4));
-          bulk_copy(at, im.kv + (t0 + 2 * st) * kTile, nt * kTile, full);
-          bulk_copy(at + 2 * kTile, (swap ? im.vf : im.kf) + f0 + 2 * kFK * st, nt * kFK * 4, full);
-          bulk_copy(at + 2 * kTile + 2 * kFK * 4, (swap ? im.kf : im.vf) + f0 + 2 * kFK * st, nt * kFK * 4, full);
+          mbar_expect(full, kStage);  // both tiles of a pair: a sequence's slots are whole pairs
+          bulk_copy(at, im.kv + (t0 + 2 * st) * kTile, 2 * kTile, full);
+          bulk_copy(at + 2 * kTile, (swap ? im.vf : im.kf) + f0 + 2 * kFK * st, 2 * kFK * 4, full);
+          bulk_copy(at + 2 * kTile + 2 * kFK * 4, (swap ? im.kf : im.vf) + f0 + 2 * kFK * st, 2 * kFK * 4, full);
         }
       });
     }
@@ -198,69 +197,95 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     auto& o4 = *reinterpret_cast<float(*)[D / 8][4]>(o);  // the mma layout: 8 columns, 4 values a thread
-    const int n_tiles = (n_keys + kFK - 1) / kFK;
-    for (int st = 0; 2 * st < n_tiles; ++st, ++step) {
-      const uint32_t b = uint32_t(step % kWgStages), at = base + b * kStage;
-      const float* kf_s = reinterpret_cast<const float*>(sm + b * kStage + 2 * kTile);
-      const float* vf_s = kf_s + 2 * kFK;
-      const int kb = 2 * kFK * st, n_u = min(2, n_tiles - 2 * st);
-      mbar_wait(full0 + 8 * b, uint32_t((step / kWgStages) & 1));
-      if (kb < wgk) {
-        float d[32];  // both tiles' scores: d[16 u + 4 nt + e] is tile u's s[nt][e]
+    // Steps of two tiles; those past the warpgroup's last key are only released. Broadcast: ptxas must see it uniform.
+    const int n_steps = (n_keys + 2 * kFK - 1) / (2 * kFK);
+    const int n_act = __shfl_sync(0xffffffffu, min(n_steps, (wgk + 2 * kFK - 1) / (2 * kFK)), 0);
+    auto release = [&](int st) {  // this warp no longer reads step st's stage
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * uint32_t((step + st) % kWgStages));
+    };
+    auto issue_scores = [&](float(&d)[32], int st) {  // both tiles' scores as one group: the block kernel's chain
+      const uint32_t b = uint32_t((step + st) % kWgStages), at = base + b * kStage;
+      mbar_wait(full0 + 8 * b, uint32_t(((step + st) / kWgStages) & 1));
+      // No pins here: the last P V may be in flight, and ptxas serialises wgmma past any write of their registers.
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int i = 0; i < 32; ++i) d[i] = 0.0f;
-        pin(d), pin(qa);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {  // dims 16 ks.., the block kernel's chain
-          wgmma_f16<64>(d, qa[ks], smem_desc(at + 256 * ks, 128, kGroup), 1);
-          if (TF_DCTL(212)) {  // planted: the score chain kept in fp16
-            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
-            pin(d);
-#pragma unroll
-            for (int i = 0; i < 32; ++i) d[i] = __half2float(__float2half_rn(d[i]));
-            pin(d);
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-          }
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
-        pin(d), pin(qa);
-        float alpha[2][2];
-        uint32_t pa[2][2][4];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-          if (u < n_u && kb + kFK * u < wgk) {
-            auto& s = *reinterpret_cast<float(*)[4][4]>(d + 16 * u);
-            tile_softmax(s, kf_s + kFK * u, kb + kFK * u, lim, qf, mrun, lrun, alpha[u]);
-            p_fragments(s, vf_s + kFK * u, false, pa[u]);
-          }
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int kt = kb + kFK * u;
-          if (u >= n_u || kt >= wgk || (TF_DCTL(211) && u == 1)) continue;  // planted 211: the second tile lost
-          const bool any_done = __any_sync(0xffffffffu, kt >= lim[0] || kt >= lim[1]);
-          const uint64_t neg0 = any_done ? negative_zeros<D>(o4, kt, lim) : 0;
-          rescale<D>(o4, alpha[u]);
-          pin(o), pin(pa[u]);
-          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {  // keys 16 kk.. of tile u: V^T's cores, groups along k, dims along n
-            const uint32_t v = at + u * kTile + 2 * kk * kGroup + 16 * D;
-            if constexpr (D == 128) {
-              wgmma_f16<128>(o, pa[u][kk], smem_desc(v, kGroup, 128), 1);
-            } else {  // two halves of 32 dims: at m64n64 ptxas gave P the registers Q keeps for the next step
-              wgmma_f16<32>(*reinterpret_cast<float(*)[16]>(o), pa[u][kk], smem_desc(v, kGroup, 128), 1);
-              wgmma_f16<32>(*reinterpret_cast<float(*)[16]>(o + 16), pa[u][kk], smem_desc(v + 512, kGroup, 128), 1);
-            }
-          }
+      for (int ks = 0; ks < D / 16; ++ks) {  // dims 16 ks..; the first without an accumulator, which d may not hold
+        wgmma_f16<64>(d, qa[ks], smem_desc(at + 256 * ks, 128, kGroup), ks > 0);
+        if (TF_DCTL(212)) {  // planted: the score chain kept in fp16
           asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
-          pin(o), pin(pa[u]);
-          if (any_done) restore_negative_zeros<D>(o4, neg0);
+          pin(d);
+#pragma unroll
+          for (int i = 0; i < 32; ++i) d[i] = __half2float(__float2half_rn(d[i]));
+          pin(d);
+          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * b);  // this warp no longer reads the stage
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    // P V of tile u of step st, committed: o is rescaled already and no other group is in flight.
+    auto issue_pv = [&](uint32_t(&pa)[2][4], int st, int u) {
+      const uint32_t at = base + uint32_t((step + st) % kWgStages) * kStage;
+      pin(o), pin(pa);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {  // keys 16 kk.. of tile u: V^T's cores, groups along k, dims along n
+        const uint32_t v = at + u * kTile + 2 * kk * kGroup + 16 * D;
+        if constexpr (D == 128) {
+          wgmma_f16<128>(o, pa[kk], smem_desc(v, kGroup, 128), 1);
+        } else {  // two halves of 32 dims: at m64n64 ptxas gave P the registers Q keeps for the next step
+          wgmma_f16<32>(*reinterpret_cast<float(*)[16]>(o), pa[kk], smem_desc(v, kGroup, 128), 1);
+          wgmma_f16<32>(*reinterpret_cast<float(*)[16]>(o + 16), pa[kk], smem_desc(v + 512, kGroup, 128), 1);
+        }
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    // Step st on its scores s, with the next step's scores issued into nx first so they run beside this softmax; P V
+    // tile by tile after it, each waited for, as o's rescaling between them needs.
+    auto body = [&](float(&s)[32], float(&nx)[32], int st) {
+      if (st + 1 < n_act) issue_scores(nx, st + 1);
+      const float* kf_s = reinterpret_cast<const float*>(sm + uint32_t((step + st) % kWgStages) * kStage + 2 * kTile);
+      const float* vf_s = kf_s + 2 * kFK;
+      float alpha[2][2];
+      uint32_t pa[2][2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float su[4][4];  // a copy: s stays the wgmma's until its next scores are issued into it
+#pragma unroll
+        for (int i = 0; i < 16; ++i) su[i / 4][i % 4] = s[16 * u + i];
+        tile_softmax(su, kf_s + kFK * u, 2 * kFK * st + kFK * u, lim, qf, mrun, lrun, alpha[u]);
+        p_fragments(su, vf_s + kFK * u, false, pa[u]);
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // the next step's scores
+      pin(nx);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int kt = 2 * kFK * st + kFK * u;
+        const bool any_done = __any_sync(0xffffffffu, kt >= lim[0] || kt >= lim[1]);
+        const uint64_t neg0 = any_done ? negative_zeros<D>(o4, kt, lim) : 0;
+        rescale<D>(o4, alpha[u]);
+        if (!(TF_DCTL(211) && u == 1)) issue_pv(pa[u], st, u);  // planted 211: a step's second tile lost
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        pin(o);
+        if (any_done) restore_negative_zeros<D>(o4, neg0);
+      }
+      release(st);
+    };
+    float da[32], db[32];
+    if (n_act > 0) {
+      issue_scores(da, 0);
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      pin(da);
     }
+    for (int st = 0; st < n_act; st += 2) {  // by twos, so that the score buffers swap without a copy
+      body(da, db, st);
+      if (st + 1 < n_act) body(db, da, st + 1);
+    }
+    for (int st = n_act; st < n_steps; ++st) {  // steps with no key of this warpgroup's rows: waited, released
+      mbar_wait(full0 + 8 * uint32_t((step + st) % kWgStages), uint32_t(((step + st) / kWgStages) & 1));
+      release(st);
+    }
+    step += n_steps;
     write_rows<D>(o4, lrun, lim, wrow0, n_rows, width, head, TF_DCTL(214), out);  // planted 214: last row one late
   });
 #endif
@@ -276,8 +301,9 @@ template <int D>
 void launch_wg(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                const PagedKv& kv, int n_head, int n_kv_head, float scale, float* out, const PromptKeys& pk) {
   const int G = n_head / n_kv_head, HB = std::min(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
-  launch_k(attention_wg_keys_kernel<D>, dim3(unsigned(pk.max_tiles), unsigned(pk.n_seqs), unsigned(n_kv_head)),
-           kFW * 32, 0, kv, pk, n_kv_head);
+  launch_k(attention_wg_keys_kernel<D>,
+           dim3(unsigned(pk.max_tiles + 1) & ~1u, unsigned(pk.n_seqs), unsigned(n_kv_head)), kFW * 32, 0, kv, pk,
+           n_kv_head);
   const dim3 grid(unsigned((n_rows + 16 * RW - 1) / (16 * RW)), unsigned(n_kv_head * HG));
   launch_k(attention_wg_kernel<D>, grid, kWgThreads, wg_smem_bytes<D>(), q, q_stride, n_rows, pos, row_seq, n_head,
            n_kv_head, scale, out, pk);

@@ -55,7 +55,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
 // 2^30 or a non-finite element makes the rows that attend it NaN. Row-invariant, but not the bits of attention_mma.
 bool attention_prompt_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head);
 // Keys converted once a call instead of by each block (the same bits; null: by each block): sequence s's keys
-// [0, keys[s]) at slots from slot[s] (a multiple of 32) of a scratch of [kv head][slot] fp16 keys, values, factors.
+// [0, keys[s]) at slots from slot[s] (a multiple of 64) of a scratch of [kv head][slot] fp16 keys, values, factors.
 struct PromptKeys {
   void* scratch = nullptr;  // attention_prompt_keys_bytes(slots, ...)
   const int32_t* slot = nullptr;
@@ -66,7 +66,8 @@ struct PromptKeys {
 size_t attention_prompt_keys_bytes(int64_t slots, int64_t n_kv_head, int64_t head_dim);
 int64_t attention_prompt_key_launches();  // for tests: calls that converted their keys once, in this process
 // The layout on the host: rows' positions and sequences (0 .. n_seqs - 1) give each sequence's keys and first slot
-// (whole 32-key tiles one after another); returns the slots they take, and the most tiles of one in max_tiles.
+// (whole pairs of 32-key tiles one after another, as the kernel reads them); returns the slots they take, and the most
+// tiles of one in max_tiles.
 inline int64_t prompt_key_layout(const int32_t* pos, const int32_t* row_seq, int64_t n_rows, int64_t n_seqs,
                                  int32_t* slot, int32_t* keys, int64_t& max_tiles) {
   for (int64_t s = 0; s < n_seqs; ++s) keys[s] = 0;
@@ -74,7 +75,7 @@ inline int64_t prompt_key_layout(const int32_t* pos, const int32_t* row_seq, int
   int64_t slots = 0;
   max_tiles = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
-    const int64_t tiles = (int64_t(keys[s]) + 31) / 32;
+    const int64_t tiles = (int64_t(keys[s]) + 63) / 64 * 2;
     slot[s] = int32_t(slots < INT32_MAX ? slots : INT32_MAX);  // a round past int32 slots never fits the scratch
     slots += 32 * tiles, max_tiles = tiles > max_tiles ? tiles : max_tiles;
   }

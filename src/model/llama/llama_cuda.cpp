@@ -419,7 +419,7 @@ size_t LlamaCudaModel::att_part_bytes(int64_t n_pages, int64_t page_size) const 
 int64_t LlamaCudaModel::prompt_key_slots(int64_t n_pages, int64_t page_size) const {
   const auto& c = cfg_;
   if (!prompt_f16_ || !cuda::attention_prompt_supports(c.head_dim_k, c.n_head, c.n_head_kv)) return 0;
-  return (std::min<int64_t>(kCudaMaxContext, n_pages * page_size) + 31) / 32 * 32;
+  return (std::min<int64_t>(kCudaMaxContext, n_pages * page_size) + 63) / 64 * 64;  // whole tile pairs
 }
 
 size_t LlamaCudaModel::kv_bytes(int64_t n_pages, int64_t page_size) const {
