@@ -4,6 +4,13 @@
 // The online-softmax step both tensor-core attention kernels take per key tile, so their float steps cannot drift.
 namespace tf::cuda {
 
+// 2^x flushed to +0 below 2^-126: exp2f's subnormal results would only feed sums that absorb them.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two rows a thread, a row's lanes a quad: the tile's row maxima, the new running maxima and the old sums' factor.
 // kExp2: the scores already carry log2(e), so exp2 is exp.
 template <bool kExp2>
@@ -13,7 +20,7 @@ __device__ __forceinline__ void softmax_rescale(float (&bmax)[2], float (&mrun)[
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
     const float mn = fmaxf(mrun[hr], bmax[hr]);
-    alpha[hr] = mn == -INFINITY ? 1.0f : (kExp2 ? exp2f(mrun[hr] - mn) : expf(mrun[hr] - mn));
+    alpha[hr] = mn == -INFINITY ? 1.0f : (kExp2 ? exp2_ftz(mrun[hr] - mn) : expf(mrun[hr] - mn));
     mrun[hr] = mn;
   }
 }
@@ -26,8 +33,8 @@ __device__ __forceinline__ void softmax_exp(float (&s)[4][4], const float (&mrun
   for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = kExp2 ? exp2f(s[nt][e] - mrun[e >> 1])
-                       : (s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]));
+      s[nt][e] =
+          kExp2 ? exp2_ftz(s[nt][e] - mrun[e >> 1]) : (s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - mrun[e >> 1]));
       rs[e >> 1] = __fadd_rn(rs[e >> 1], s[nt][e]);
     }
 }
