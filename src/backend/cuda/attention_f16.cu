@@ -53,19 +53,15 @@ __global__ void __launch_bounds__(kFW * 32, 1)
   const int64_t row0 = int64_t(blockIdx.x) * rows_b, wrow0 = row0 + 16 * (warp / HB);
   const int64_t width = int64_t(n_head) * D;
   bool waited = false;  // staged rows and positions precede the round, so the passes are found before waiting
-  for (int first = 0; first < rows_b && row0 + first < n_rows; ++first) {
-    const int seq = row_seq[row0 + first];
-    bool seen = false;
-    for (int e = 0; e < first; ++e) seen |= row_seq[row0 + e] == seq;
-    if (seen) continue;  // that sequence's pass already ran
-    int n_keys = 0;      // the pass's keys: the most any of its rows attends
-    for (int e = first; e < rows_b && row0 + e < n_rows; ++e)
-      if (row_seq[row0 + e] == seq) n_keys = max(n_keys, prompt_row_keys(pos, row0 + e));
+  __shared__ BlockPasses bp;
+  const int n_pass = find_passes<kFW>(bp, pos, row_seq, row0, rows_b, n_rows);
+  for (int pass = 0; pass < n_pass; ++pass) {
+    const int seq = bp.p_seq[pass], n_keys = bp.p_keys[pass];  // the pass's keys: the most any of its rows attends
     int lim[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int64_t r = wrow0 + g + 8 * hr;
-      lim[hr] = active && r < n_rows && row_seq[r] == seq ? prompt_row_keys(pos, r) : 0;
+      const int r = 16 * (warp / HB) + g + 8 * hr;
+      lim[hr] = active && bp.r_seq[r] == seq ? bp.r_keys[r] : 0;
     }
     int wkeys = max(lim[0], lim[1]);  // the warp's last key: later tiles are masked for all its rows
 #pragma unroll

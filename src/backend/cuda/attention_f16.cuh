@@ -35,6 +35,41 @@ __device__ __forceinline__ int prompt_row_keys(const int32_t* pos, int64_t r) {
   return pos[r] + 1 + (TF_DCTL(201) ? 1 : 0);
 }
 
+// A block's rows (sequence, keys) and its passes (a sequence each, in order of first row, with its most keys), found
+// once in shared memory: a scan of the rows by every warp is rows squared dependent global reads.
+struct BlockPasses {
+  int r_seq[16 * kFW], r_keys[16 * kFW], p_seq[16 * kFW], p_keys[16 * kFW], count[16];
+};
+// Every thread of the block (kWarps warps) calls it: it synchronises the block three times. Returns the passes' count.
+template <int kWarps>
+__device__ __forceinline__ int find_passes(BlockPasses& bp, const int32_t* pos, const int32_t* row_seq, int64_t row0,
+                                           int rows_b, int64_t n_rows) {
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
+  if (t < rows_b) {
+    const bool in = row0 + t < n_rows;
+    bp.r_seq[t] = in ? row_seq[row0 + t] : -1, bp.r_keys[t] = in ? prompt_row_keys(pos, row0 + t) : 0;
+  }
+  __syncthreads();
+  bool first = false;
+  int keys = 0;
+  if (t < rows_b && bp.r_seq[t] >= 0) {
+    first = true;
+    for (int e = 0; e < rows_b; ++e) {
+      first &= !(e < t && bp.r_seq[e] == bp.r_seq[t]);
+      keys = bp.r_seq[e] == bp.r_seq[t] && e >= t ? max(keys, bp.r_keys[e]) : keys;
+    }
+  }
+  const unsigned firsts = __ballot_sync(0xffffffffu, first);
+  if (lane == 0) bp.count[warp] = __popc(firsts);
+  __syncthreads();
+  int at = __popc(firsts & ((1u << lane) - 1u)), n_pass = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) at += w < warp ? bp.count[w] : 0, n_pass += bp.count[w];
+  if (first) bp.p_seq[at] = bp.r_seq[t], bp.p_keys[at] = keys;
+  __syncthreads();
+  return n_pass;
+}
+
 // A key row by its 8 lanes: K into [2^14, 2^15), V only down, 2^-ek, 2^-ev back; past 2^64, 2^30 or inf/NaN: 0, NaN.
 template <int D>
 __device__ __forceinline__ void convert_row(const float4 (&kr)[D / 32], const float4 (&vr)[D / 32], uint2 (&hk)[D / 32],

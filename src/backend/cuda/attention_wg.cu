@@ -122,37 +122,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int G = n_head / n_kv_head, HB = min(G, kFW), RW = kFW / HB, HG = (G + HB - 1) / HB;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kvh = int(blockIdx.y) / HG, rows_b = 16 * RW;
   const int64_t row0 = int64_t(blockIdx.x) * rows_b;
-  // The block's rows (sequence, keys) and its passes (a sequence each, in the block kernel's order, with its most
-  // keys), found once in shared memory: a scan of the rows by every warp is rows squared dependent global reads.
-  __shared__ int r_seq[16 * kFW], r_keys[16 * kFW], p_seq[16 * kFW], p_keys[16 * kFW], p_count[kWgThreads / 32];
-  const int t = int(threadIdx.x);
-  if (t == 0) {
+  __shared__ BlockPasses bp;
+  if (threadIdx.x == 0) {
     for (int b = 0; b < kWgStages; ++b) mbar_init(full0 + 8 * b), mbar_init_count(empty0 + 8 * b, kFW);
     mbar_init_fence();
   }
-  if (t < rows_b) {
-    const bool in = row0 + t < n_rows;
-    r_seq[t] = in ? row_seq[row0 + t] : -1, r_keys[t] = in ? prompt_row_keys(pos, row0 + t) : 0;
-  }
-  __syncthreads();
-  bool first = false;
-  int pass_keys = 0;
-  if (t < rows_b && r_seq[t] >= 0) {
-    first = true;
-    for (int e = 0; e < rows_b; ++e) {
-      first &= !(e < t && r_seq[e] == r_seq[t]);
-      pass_keys = r_seq[e] == r_seq[t] && e >= t ? max(pass_keys, r_keys[e]) : pass_keys;
-    }
-  }
-  const unsigned firsts = __ballot_sync(0xffffffffu, first);
-  if (lane == 0) p_count[warp] = __popc(firsts);
-  __syncthreads();
-  int at = __popc(firsts & ((1u << lane) - 1u)), n_pass = 0;
-  for (int w = 0; w < kWgThreads / 32; ++w) at += w < warp ? p_count[w] : 0, n_pass += p_count[w];
-  if (first) p_seq[at] = r_seq[t], p_keys[at] = pass_keys;
-  __syncthreads();
+  const int n_pass =
+      find_passes<kWgThreads / 32>(bp, pos, row_seq, row0, rows_b, n_rows);  // its barriers publish the mbarriers too
   auto for_passes = [&](auto&& pass) {
-    for (int k = 0; k < n_pass; ++k) pass(p_seq[k], p_keys[k]);
+    for (int k = 0; k < n_pass; ++k) pass(bp.p_seq[k], bp.p_keys[k]);
   };
   if (warp < 4) {  // one thread starts every copy, a step into stage step % kWgStages once it was released
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // its registers go to the query warps
@@ -192,14 +170,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = 16 * (cw / HB) + g + 8 * hr;
-      lim[hr] = active && r_seq[r] == seq ? r_keys[r] : 0;
+      lim[hr] = active && bp.r_seq[r] == seq ? bp.r_keys[r] : 0;
     }
     for (int w = 4 * wg; w < 4 * wg + 4; ++w) {  // lane g's rows of each warp of the group
       if (w >= RW * HB || int(blockIdx.y) % HG * HB + w % HB >= G) continue;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int r = 16 * (w / HB) + g + 8 * hr;
-        if (r_seq[r] == seq) wgk = max(wgk, r_keys[r]);
+        if (bp.r_seq[r] == seq) wgk = max(wgk, bp.r_keys[r]);
       }
     }
 #pragma unroll
