@@ -107,8 +107,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 #endif
 
 // The block kernel's rows (16 RW rows x HB heads of a KV head, a warp each, here two warpgroups) and a producer.
-// Each step brings two tiles by bulk copy; a warpgroup takes both tiles' scores by one wgmma chain, then the softmax
-// and P V tile by tile, as the block kernel does.
+// Each step brings a tile pair by bulk copy; a warpgroup takes both tiles' scores by one wgmma chain, issued a step
+// ahead so that it runs beside the softmax, then the softmax and P V tile by tile, as the block kernel does.
 template <int D>
 __global__ void __launch_bounds__(kWgThreads, 1)
     attention_wg_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
