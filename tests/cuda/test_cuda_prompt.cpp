@@ -145,8 +145,9 @@ TEST(CudaPromptRows, ChunkedPromptsEqualWholeOnesAndMixedRoundsEqualSoloRows) {
   }
 }
 
-// Prompt attention converts a round's keys once a layer (one full-context sequence's worth of slots, whole 32-key
-// tiles a sequence); a round that needs more slots converts in each block. Either way each row has its bits alone.
+// Prompt attention converts a round's keys once a layer (one full-context sequence's worth of slots, whole pairs of
+// 32-key tiles a sequence); a round that needs more slots converts in each block. Either way each row has its bits
+// alone.
 TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOrInEachBlock) {
   if (!cuda::mma_wgmma_device()) GTEST_SKIP() << "the prompt products run on compute capability 9.0 only";
   LlamaCudaModel m(std::make_shared<GgufFile>(write_model()));

@@ -44,6 +44,7 @@ struct BlockPasses {
 template <int kWarps>
 __device__ __forceinline__ int find_passes(BlockPasses& bp, const int32_t* pos, const int32_t* row_seq, int64_t row0,
                                            int rows_b, int64_t n_rows) {
+  static_assert(kWarps <= 16 && 32 * kWarps >= 16 * kFW, "a thread a row, a count a warp");
   const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
   if (t < rows_b) {
     const bool in = row0 + t < n_rows;

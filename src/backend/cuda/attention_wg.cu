@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     auto issue_scores = [&](float(&d)[32], int st) {  // both tiles' scores as one group: the block kernel's chain
       const uint32_t b = uint32_t((step + st) % kWgStages), at = base + b * kStage;
       mbar_wait(full0 + 8 * b, uint32_t(((step + st) / kWgStages) & 1));
-      // No pins here: the last P V may be in flight, and ptxas serialises wgmma past any write of their registers.
+      // No pins here: ptxas serialises every wgmma past a write of a register of a group in flight.
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {  // dims 16 ks..; the first without an accumulator, which d may not hold

@@ -4,7 +4,8 @@
 // The online-softmax step both tensor-core attention kernels take per key tile, so their float steps cannot drift.
 namespace tf::cuda {
 
-// 2^x flushed to +0 below 2^-126: exp2f's subnormal results would only feed sums that absorb them.
+// 2^x flushed to +0 below 2^-126, for P only: fp16 P (values scaled by at most 2^15) and row sums of at least 1
+// absorb exp2f's subnormal results; the rescaling factor keeps exp2f, as o times it need not be absorbed.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -20,7 +21,7 @@ __device__ __forceinline__ void softmax_rescale(float (&bmax)[2], float (&mrun)[
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
     const float mn = fmaxf(mrun[hr], bmax[hr]);
-    alpha[hr] = mn == -INFINITY ? 1.0f : (kExp2 ? exp2_ftz(mrun[hr] - mn) : expf(mrun[hr] - mn));
+    alpha[hr] = mn == -INFINITY ? 1.0f : (kExp2 ? exp2f(mrun[hr] - mn) : expf(mrun[hr] - mn));
     mrun[hr] = mn;
   }
 }
