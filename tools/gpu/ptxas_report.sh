@@ -18,8 +18,9 @@ for f in "${@:-mma_kernels_a.cu mma_kernels_b.cu}"; do
         echo "$src $arch $regs $spill $(c++filt "$sym" | sed -E 's/tf::cuda::|\(tf::cuda::MmaArgs\)//g;
           s/<2,/<Q4_0,/; s/<3,/<Q4_1,/; s/<8,/<Q8_0,/; s/<12,/<Q4_K,/; s/<14,/<Q6_K,/; s/<30,/<BF16,/')"
       done
+    # No notes is the good case: `|| true` below keeps pipefail from ending the script there.
     grep -E "\(C75[0-9]+\)" "$log" | sed -E "s/.*\((C75[0-9]+)\) (.*) in (the )?function '(_Z[A-Za-z0-9_]+)'.*/\1 \4 \2/" |
-      while read -r code sym note; do echo "$src $code $(c++filt "$sym" | sed -E 's/\(anonymous namespace\):://g; s/tf::cuda:://g; s/\(.*//; s/^void //'): $note"; done || true  # no notes is the good case, not a failure under pipefail
+      while read -r code sym note; do echo "$src $code $(c++filt "$sym" | sed -E 's/\(anonymous namespace\):://g; s/tf::cuda:://g; s/\(.*//; s/^void //'): $note"; done || true
     rm -f "$out" "$log"
   done
 done
