@@ -139,8 +139,7 @@ std::string prompt_cases(bool conv) {
     if (std::string(e.what()).find("not head size 96 with 32/8 heads") == std::string::npos)
       return std::string("head size 96 refused for another reason: ") + e.what();
   }
-  if (conv) {  // converted keys whose slots are not whole tile pairs, or with no sequence, are refused before any
-               // launch
+  if (conv) {  // slots not whole tile pairs, or no sequence: refused before any launch
     int32_t dummy = 0;
     for (const cuda::PromptKeys& bad :
          {cuda::PromptKeys{&dummy, &dummy, &dummy, 40, 1, 2}, cuda::PromptKeys{&dummy, &dummy, &dummy, 96, 1, 2},
