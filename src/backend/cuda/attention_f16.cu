@@ -1,5 +1,5 @@
 // Prompt rows' paged attention at one fp16 mma a step: Q, K and V rounded to fp16 under powers of two, f32
-// accumulation, an online softmax over 32-key tiles at absolute positions. This block kernel converts its own tiles;
+// accumulation, an online softmax over 64-key steps at absolute positions. This block kernel converts its own tiles;
 // with converted keys the warpgroup kernel of attention_wg.cu runs instead, to the same bits.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,14 +27,15 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t a) {
                : "r"(a));
 }
 
-// Two tiles of fp16 keys and values (rows padded: ldmatrix's eight row addresses in distinct banks), their factors.
+// Two steps of two tiles of fp16 keys and values (rows padded: ldmatrix's eight row addresses in distinct banks), their
+// factors; a step's two tiles adjacent, so its 64 key factors are too.
 template <int D>
 struct F16AttnSmem {
-  __half k[2][kFK][D + 8], v[2][kFK][D + 8];
-  float kf[2][kFK], vf[2][kFK];
+  __half k[4][kFK][D + 8], v[4][kFK][D + 8];
+  float kf[4][kFK], vf[4][kFK];
 };
 
-// A block: 16 RW rows of a sequence x HB heads of a KV head, a warp each; each 32-key tile converted by the block.
+// A block: 16 RW rows of a sequence x HB heads of a KV head, a warp each; each step's two tiles converted by the block.
 template <int D>
 __global__ void __launch_bounds__(kFW * 32, 1)
     attention_f16_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
@@ -100,55 +101,55 @@ __global__ void __launch_bounds__(kFW * 32, 1)
     const uint32_t kaddr = uint32_t(__cvta_generic_to_shared(&S.k[0][lane & 7][8 * (lane >> 3)]));
     const uint32_t vaddr =
         uint32_t(__cvta_generic_to_shared(&S.v[0][(lane & 7) + 8 * ((lane >> 3) & 1)][8 * (lane >> 4)]));
-    // One tile: its scores, the softmax step, then P V, each output's chain in key order.
-    auto tile_pass = [&](int buf, int kt) {
-      float s[4][4] = {};
+    // One step of two tiles (buffers 2 sb, 2 sb + 1): their scores, the softmax step, then P V, each output's chain
+    // in key order.
+    auto step_pass = [&](int sb, int kt) {
+      float s[2][4][4] = {};
 #pragma unroll
-      for (int k2 = 0; k2 < D / 32; ++k2)
+      for (int u = 0; u < 2; ++u)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
-          uint32_t b[4];
-          ldsm_x4(b, kaddr + buf * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
-          mma_m16n8k16_f16(s[nt], qa[2 * k2], b[0], b[1]);
-          mma_m16n8k16_f16(s[nt], qa[2 * k2 + 1], b[2], b[3]);
-          if (TF_DCTL(205))  // planted: the score chain kept in fp16
+        for (int k2 = 0; k2 < D / 32; ++k2)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[nt][e] = __half2float(__float2half_rn(s[nt][e]));
-        }
+          for (int nt = 0; nt < 4; ++nt) {  // keys 8 nt.., columns 32 k2 + 8 m for matrix m: two k-steps
+            uint32_t b[4];
+            ldsm_x4(b, kaddr + (2 * sb + u) * kBufBytes + (8 * nt * (D + 8) + 32 * k2) * 2);
+            mma_m16n8k16_f16(s[u][nt], qa[2 * k2], b[0], b[1]);
+            mma_m16n8k16_f16(s[u][nt], qa[2 * k2 + 1], b[2], b[3]);
+            if (TF_DCTL(205))  // planted: the score chain kept in fp16
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[u][nt][e] = __half2float(__float2half_rn(s[u][nt][e]));
+          }
       float alpha[2];
-      tile_softmax(s, S.kf[buf], kt, lim, qf, mrun, lrun, alpha);
-      uint32_t pa[2][4];
-      p_fragments(s, S.vf[buf], TF_DCTL(208), pa);  // planted 208: 2^-ev lost
+      pair_softmax(s, S.kf[2 * sb], kt, lim, qf, mrun, lrun, alpha);
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)  // planted 208: 2^-ev lost
+        p_fragments(s[u], S.vf[2 * sb + u], TF_DCTL(208), *reinterpret_cast<uint32_t(*)[2][4]>(pa[2 * u]));
       const bool any_done = __any_sync(0xffffffffu, kt >= lim[0] || kt >= lim[1]);
       const uint64_t neg0 = any_done ? negative_zeros<D>(o, kt, lim) : 0;
       rescale<D>(o, alpha);
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        if (TF_DCTL(204) && kk == 1) break;  // planted: a tile's last 16 keys lost
+      for (int kk = 0; kk < 4; ++kk) {
+        if (TF_DCTL(204) && kk == 3) break;  // planted: a step's last 16 keys lost
 #pragma unroll
         for (int n2 = 0; n2 < D / 16; ++n2) {  // keys 16 kk + 8 (m & 1).., columns 16 n2 + 8 (m >> 1)
           uint32_t b[4];
-          ldsm_x4_trans(b, vaddr + buf * kBufBytes + (16 * kk * (D + 8) + 16 * n2) * 2);
+          ldsm_x4_trans(b, vaddr + (2 * sb + kk / 2) * kBufBytes + (16 * (kk % 2) * (D + 8) + 16 * n2) * 2);
           mma_m16n8k16_f16(o[2 * n2], pa[kk], b[0], b[1]);
           mma_m16n8k16_f16(o[2 * n2 + 1], pa[kk], b[2], b[3]);
         }
       }
       if (any_done) restore_negative_zeros<D>(o, neg0);
     };
-    const int n_tiles = (n_keys + kFK - 1) / kFK;
+    const int n_steps = (n_keys + 2 * kFK - 1) / (2 * kFK);
     float4 kr0[kVec], vr0[kVec], kr1[kVec], vr1[kVec];
-    if (n_tiles > 0) load(0, kr0, vr0);
-    if (n_tiles > 1) load(1, kr1, vr1);
-    auto step = [&](int it, float4(&kr)[kVec], float4(&vr)[kVec]) {
-      convert(it & 1, kr, vr);
-      if (it + 2 < n_tiles) load(it + 2, kr, vr);  // in flight while this tile and the next are multiplied
-      __syncthreads();  // the tile is converted, and no warp still reads the buffer two tiles back
-      if (active && it * kFK < wkeys) tile_pass(it & 1, it * kFK);
-    };
+    if (n_steps > 0) load(0, kr0, vr0), load(1, kr1, vr1);  // past the keys: zeros, masked
 #pragma unroll 1
-    for (int it = 0; it < n_tiles; it += 2) {
-      step(it, kr0, vr0);
-      if (it + 1 < n_tiles) step(it + 1, kr1, vr1);
+    for (int st = 0; st < n_steps; ++st) {
+      convert(2 * (st & 1), kr0, vr0), convert(2 * (st & 1) + 1, kr1, vr1);
+      if (st + 1 < n_steps) load(2 * st + 2, kr0, vr0), load(2 * st + 3, kr1, vr1);  // in flight during this step
+      __syncthreads();  // the step is converted, and no warp still reads the buffers two steps back
+      if (active && 2 * st * kFK < wkeys) step_pass(st & 1, 2 * st * kFK);
     }
     __syncthreads();                                                             // the next pass refills the buffers
     write_rows<D>(o, lrun, lim, wrow0, n_rows, width, head, TF_DCTL(206), out);  // planted 206: last row one late

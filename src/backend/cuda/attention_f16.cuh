@@ -136,31 +136,45 @@ __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride
                             __fmul_rn(qv[i & 1][kk][2 * (i >> 1) + 1], f[i & 1]));
 }
 
-// One 32-key tile's raw scores (mma layout, keys 8 nt + 2 t + e) into P: the key and row factors, the causal mask,
-// the online softmax step and the running sums. kf: the tile's 32 key factors.
-__device__ __forceinline__ void tile_softmax(float (&s)[4][4], const float* kf_tile, int kt, const int (&lim)[2],
+// A step's two 32-key tiles of raw scores (mma layout, keys 32 u + 8 nt + 2 t + e) into P as one 64-key softmax
+// step: the key factors, the causal mask, the row factor folded into the exponent's fma, and this thread's running
+// sums of its own keys (write_rows adds a row's four). kf: the step's 64 key factors.
+__device__ __forceinline__ void pair_softmax(float (&s)[2][4][4], const float* kf_pair, int kt, const int (&lim)[2],
                                              const float (&qf)[2], float (&mrun)[2], float (&lrun)[2],
                                              float (&alpha)[2]) {
   const int t = threadIdx.x & 3;
-  float bmax[2] = {-INFINITY, -INFINITY}, rs[2];
+  float bmax[2] = {-INFINITY, -INFINITY}, rs[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const float2 kf = *reinterpret_cast<const float2*>(kf_tile + 8 * nt + 2 * t);
+  for (int u = 0; u < 2; ++u)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = kt + 8 * nt + 2 * t + (e & 1);
-      s[nt][e] = j < lim[e >> 1] ? __fmul_rn(__fmul_rn(s[nt][e], (e & 1) ? kf.y : kf.x), qf[e >> 1]) : -INFINITY;
-      bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
+    for (int nt = 0; nt < 4; ++nt) {
+      const float2 kf = *reinterpret_cast<const float2*>(kf_pair + kFK * u + 8 * nt + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kt + kFK * u + 8 * nt + 2 * t + (e & 1);
+        s[u][nt][e] = j < lim[e >> 1] ? __fmul_rn(s[u][nt][e], (e & 1) ? kf.y : kf.x) : -INFINITY;
+        bmax[e >> 1] = fmaxf(bmax[e >> 1], s[u][nt][e]);
+      }
     }
-  }
-  softmax_rescale<true>(bmax, mrun, alpha);
-  softmax_exp<true>(s, mrun, rs);  // a row yet to see a key has its P used nowhere
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
-    rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));
-    rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 2));
-    lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
+  for (int hr = 0; hr < 2; ++hr) {  // rounding is monotone: the rounded maximum is the maximum of the rounded scores
+    bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
+    bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
+    const float mn = fmaxf(mrun[hr], __fmul_rn(bmax[hr], qf[hr]));
+    alpha[hr] = mn == -INFINITY ? 1.0f : exp2f(mrun[hr] - mn);
+    mrun[hr] = mn;
   }
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // a row yet to see a key has its P used nowhere
+        s[u][nt][e] = exp2_ftz(__fmaf_rn(s[u][nt][e], qf[e >> 1], -mrun[e >> 1]));
+        rs[e >> 1] = __fadd_rn(rs[e >> 1], s[u][nt][e]);
+      }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) lrun[hr] = __fadd_rn(__fmul_rn(lrun[hr], alpha[hr]), rs[hr]);
 }
 
 // P times each key's 2^-ev (exact, at most 2^15) as A fragments, keys along k, 16 a step. lose: 2^-ev not applied.
@@ -207,12 +221,18 @@ __device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alph
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] = __fmul_rn(o[nt][e], alpha[e >> 1]);
 }
-// The output row: o over the running sum.
+// The output row: o over the row's sum, its four lanes' running sums added.
 template <int D>
 __device__ __forceinline__ void write_rows(const float (&o)[D / 8][4], const float (&lrun)[2], const int (&lim)[2],
                                            int64_t wrow0, int64_t n_rows, int64_t width, int head, bool late,
                                            float* out) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float l[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
+    l[hr] = __fadd_rn(lrun[hr], __shfl_xor_sync(0xffffffffu, lrun[hr], 1));
+    l[hr] = __fadd_rn(l[hr], __shfl_xor_sync(0xffffffffu, l[hr], 2));
+  }
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     if (lim[hr] == 0) continue;
@@ -222,7 +242,7 @@ __device__ __forceinline__ void write_rows(const float (&o)[D / 8][4], const flo
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<float2*>(y + 8 * nt) =
-          make_float2(__fdiv_rn(o[nt][2 * hr], lrun[hr]), __fdiv_rn(o[nt][2 * hr + 1], lrun[hr]));
+          make_float2(__fdiv_rn(o[nt][2 * hr], l[hr]), __fdiv_rn(o[nt][2 * hr + 1], l[hr]));
   }
 }
 

@@ -108,7 +108,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 
 // The block kernel's rows (16 RW rows x HB heads of a KV head, a warp each, here two warpgroups) and a producer.
 // Each step brings a tile pair by bulk copy; a warpgroup takes both tiles' scores by one wgmma chain, issued a step
-// ahead so that it runs beside the softmax, then the softmax and P V tile by tile, as the block kernel does.
+// ahead so that it runs beside the softmax, then the step's softmax and P V, as the block kernel does.
 template <int D>
 __global__ void __launch_bounds__(kWgThreads, 1)
     attention_wg_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
@@ -215,14 +215,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
-    // P V of tile u of step st, committed: o is rescaled already and no other group is in flight.
-    auto issue_pv = [&](uint32_t(&pa)[2][4], int st, int u) {
+    // P V of step st, committed: o is rescaled already and no other group is in flight. lose: its last 16 keys.
+    auto issue_pv = [&](uint32_t(&pa)[4][4], int st, bool lose) {
       const uint32_t at = base + uint32_t((step + st) % kWgStages) * kStage;
       pin(o), pin(pa);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {  // keys 16 kk.. of tile u: V^T's cores, groups along k, dims along n
-        const uint32_t v = at + u * kTile + 2 * kk * kGroup + 16 * D;
+      for (int kk = 0; kk < 4; ++kk) {  // keys 16 kk..: V^T's cores of tile kk / 2, groups along k, dims along n
+        if (lose && kk == 3) break;
+        const uint32_t v = at + (kk / 2) * kTile + 2 * (kk % 2) * kGroup + 16 * D;
         if constexpr (D == 128) {
           wgmma_f16<128>(o, pa[kk], smem_desc(v, kGroup, 128), 1);
         } else {  // two halves of 32 dims: at m64n64 ptxas gave P the registers Q keeps for the next step
@@ -232,35 +233,30 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
-    // Step st on its scores s, with the next step's scores issued into nx first so they run beside this softmax; P V
-    // tile by tile after it, each waited for, as o's rescaling between them needs.
+    // Step st on its scores s, with the next step's scores issued into nx first so they run beside this softmax; then
+    // P V of the step's 64 keys, waited for.
     auto body = [&](float(&s)[32], float(&nx)[32], int st) {
       if (st + 1 < n_act) issue_scores(nx, st + 1);
       const float* kf_s = reinterpret_cast<const float*>(sm + uint32_t((step + st) % kWgStages) * kStage + 2 * kTile);
       const float* vf_s = kf_s + 2 * kFK;
-      float alpha[2][2];
-      uint32_t pa[2][2][4];
+      float alpha[2], su[2][4][4];  // a copy: s stays the wgmma's until its next scores are issued into it
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        float su[4][4];  // a copy: s stays the wgmma's until its next scores are issued into it
+      for (int i = 0; i < 32; ++i) su[i / 16][i / 4 % 4][i % 4] = s[i];
+      const int kt = 2 * kFK * st;
+      pair_softmax(su, kf_s, kt, lim, qf, mrun, lrun, alpha);
+      uint32_t pa[4][4];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) su[i / 4][i % 4] = s[16 * u + i];
-        tile_softmax(su, kf_s + kFK * u, 2 * kFK * st + kFK * u, lim, qf, mrun, lrun, alpha[u]);
-        p_fragments(su, vf_s + kFK * u, false, pa[u]);
-      }
+      for (int u = 0; u < 2; ++u)
+        p_fragments(su[u], vf_s + kFK * u, false, *reinterpret_cast<uint32_t(*)[2][4]>(pa[2 * u]));
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // the next step's scores
       pin(nx);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int kt = 2 * kFK * st + kFK * u;
-        const bool any_done = __any_sync(0xffffffffu, kt >= lim[0] || kt >= lim[1]);
-        const uint64_t neg0 = any_done ? negative_zeros<D>(o4, kt, lim) : 0;
-        rescale<D>(o4, alpha[u]);
-        if (!(TF_DCTL(211) && u == 1)) issue_pv(pa[u], st, u);  // planted 211: a step's second tile lost
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        pin(o);
-        if (any_done) restore_negative_zeros<D>(o4, neg0);
-      }
+      const bool any_done = __any_sync(0xffffffffu, kt >= lim[0] || kt >= lim[1]);
+      const uint64_t neg0 = any_done ? negative_zeros<D>(o4, kt, lim) : 0;
+      rescale<D>(o4, alpha);
+      issue_pv(pa, st, TF_DCTL(211));  // planted 211: a step's last 16 keys lost
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      pin(o);
+      if (any_done) restore_negative_zeros<D>(o4, neg0);
       release(st);
     };
     float da[32], db[32];

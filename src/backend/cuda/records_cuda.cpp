@@ -207,7 +207,7 @@ std::vector<KernelRecord> make_records() {
        {{201, "one key past the causal limit read"},
         {202, "query head mapped to the wrong KV head"},
         {203, "a key that cannot be used read as zeros"},
-        {204, "a tile's last 16 keys lost from P V"},
+        {204, "a step's last 16 keys lost from P V"},
         {205, "the score chain kept in fp16"},
         {206, "the last row written one row late"},
         {207, "a row reads its neighbour's query"},
@@ -218,8 +218,8 @@ std::vector<KernelRecord> make_records() {
                "as attention_prompt (the production path), its keys converted once a call by "
                "attention_wg_keys_kernel (convert_row, as the block kernel) into 32-key tiles of K and V^T laid out "
                "as wgmma operands, and attention_wg_kernel: two warpgroups of the block kernel's rows, a producer "
-               "warpgroup bringing two tiles a step by bulk copy, both tiles' scores by one wgmma chain, then the "
-               "softmax and P V tile by tile",
+               "warpgroup bringing two tiles a step by bulk copy, both tiles' scores by one wgmma chain, then "
+               "the softmax and P V of the step's 64 keys",
                "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
                "output against the block kernel (attention_prompt without converted keys) bit for bit, and against "
                "the float64 reference; every row against itself alone; a canary after the output; slots of no "
@@ -228,7 +228,7 @@ std::vector<KernelRecord> make_records() {
                {{203, "a key that cannot be used read as zeros"},
                 {209, "a key converted from the next position"},
                 {210, "a tile's key and value factors swapped"},
-                {211, "a step's second tile lost from P V"},
+                {211, "a step's last 16 keys lost from P V"},
                 {212, "the score chain kept in fp16"},
                 {213, "a row reads its neighbour's query"},
                 {214, "the last row written one row late"}}});

@@ -1,7 +1,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-// The online-softmax step both tensor-core attention kernels take per key tile, so their float steps cannot drift.
+// The decode attention's online-softmax step per key block, and the flushed 2^x the prompt kernels' steps share.
 namespace tf::cuda {
 
 // 2^x flushed to +0 below 2^-126, for P only: fp16 P (values scaled by at most 2^15) and row sums of at least 1
