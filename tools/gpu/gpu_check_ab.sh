@@ -2,7 +2,7 @@
 # On the GPU machine: a change's checks and its A/B in one run. NEW and BASE are .gpubin packs (`pack_bins.sh NAME`
 # here; BASE may be TESTS="bench_cuda_gemm"); carry .gpu-deps, .whlg and .gpubin. Runs NEW's contract and
 # test_cuda_prompt, checks NEW's 8B prompt logits bitwise against BASE's (1,500 tokens whole, and NEW's own in chunks
-# of 97; 3,000 tokens in chunks of 512), times both builds' product benches (ATTN=1: NEW's attention bench), then
+# of 97; 3,000 tokens in chunks of 512), times both builds' product benches (ATTN=1: both attention benches), then
 # alternates their `tensorfold bench` (gpu_ab.sh, with GEMM=1 the cuBLAS peak first). Usage: NEW BASE [logs]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +18,12 @@ echo "contract rc $?"
 grep -E "SUMMARY|FAIL|NOT CAUGHT" "$LOGS/contract.txt" | head -20
 timeout 100 "/tmp/ab/$NEW/test_cuda_prompt" > "$LOGS/prompt.txt" 2>&1
 echo "test_cuda_prompt rc $?"
-[ "${ATTN:-0}" = 1 ] && timeout 100 "/tmp/ab/$NEW/bench_cuda_attention" 2>&1 | grep -E "fp16" | tee "$LOGS/attn.txt"
+if [ "${ATTN:-0}" = 1 ]; then
+  for v in "$BASE" "$NEW" "$BASE" "$NEW"; do
+    echo "== attention $v"
+    timeout 100 "/tmp/ab/$v/bench_cuda_attention" 2>&1 | grep -E "fp16"
+  done | tee "$LOGS/attn.txt"
+fi
 ids() { python3 -c "import random; r=random.Random($1); print(','.join(str(r.randrange(128256)) for _ in range($2)))"; }
 logits() {  # BUILD OUT IDS [--chunk N]
   timeout 100 "/tmp/ab/$1/tensorfold" logits /tmp/q4.gguf --backend cuda --tokens "$3" --out "$2" "${@:4}" > /dev/null 2>&1 ||
@@ -27,6 +32,8 @@ logits() {  # BUILD OUT IDS [--chunk N]
 a=$(ids 5 1500) b=$(ids 6 3000)
 logits "$BASE" /tmp/l_base.npy "$a" && logits "$NEW" /tmp/l_new.npy "$a" && logits "$NEW" /tmp/l_c.npy "$a" --chunk 97
 cmp -s /tmp/l_base.npy /tmp/l_new.npy && echo "BITS 1500 tokens: $BASE == $NEW" || echo "BITS 1500 tokens: DIFFER"
+# where the bits differ (a change of arithmetic): how far each row's logits moved, and the argmaxes that changed
+cmp -s /tmp/l_base.npy /tmp/l_new.npy || python3 tools/gpu/logits_moved.py /tmp/l_base.npy /tmp/l_new.npy
 cmp -s /tmp/l_new.npy /tmp/l_c.npy && echo "BITS 1500 tokens: whole == chunks of 97" || echo "BITS chunked: DIFFER"
 logits "$BASE" /tmp/l_base.npy "$b" --chunk 512 && logits "$NEW" /tmp/l_new.npy "$b" --chunk 512
 cmp -s /tmp/l_base.npy /tmp/l_new.npy && echo "BITS 3000 tokens in chunks of 512: $BASE == $NEW" || echo "BITS 3000: DIFFER"
