@@ -98,10 +98,13 @@ std::string prompt_case(const PromptCase& c, std::mt19937& rng, bool conv) {
         for (int64_t i = 0; i < hd; ++i)
           maxk = std::max(maxk, std::fabs(double(K(sq, j)[g * hd + i]))),
           maxv = std::max(maxv, std::fabs(double(V(sq, j)[g * hd + i])));
-      // Scores: Q and K one fp16 rounding each (and subnormal steps under their powers of two), the mma chain, the
-      // two scalings; each p_j moves by a factor within exp(+-2E); P and V one rounding each, the P V chain, the sums.
-      // A half's subnormal step under a power of two of at most 2^126: 2^-25 of max |x| 2^-14, or of 2^-126.
-      const double qstep = std::max(maxq * 0x1.0p-39, 0x1.0p-151), kstep = std::max(maxk * 0x1.0p-39, 0x1.0p-151);
+      // Scores: Q times the scale in log2 units (one f32 rounding), Q and K one fp16 rounding each (and subnormal
+      // steps under their powers of two), the mma chain, the exponent's fma; each p_j moves by a factor within
+      // exp(+-2E); P and V one rounding each, the P V chain, the sums. A half's subnormal step under a power of two
+      // of at most 2^126: 2^-25 of max |x| 2^-14, or of 2^-126, for Q in units of Q times the scale.
+      const double sl = double(scale) * 1.4426950408889634;
+      const double qstep = std::max(maxq * 0x1.000002p-39, 0x1.0p-151 / sl);
+      const double kstep = std::max(maxk * 0x1.0p-39, 0x1.0p-151);
       const double E =
           ref.max_s * (2 * u + (double(hd) / 16 + 6) * t22) + scale * double(hd) * (qstep * maxk + kstep * maxq);
       for (int64_t i = 0; i < hd; ++i) {
@@ -178,6 +181,8 @@ std::string prompt_cases(bool conv) {
       {64, 9, 3, cpos, cseq, -1, NAN, false, 30, -30, 0},     // Q past it, K below it
       {128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, -20},    // V below fp16's normals
       {64, 9, 3, fpos, fseq, -1, NAN, false, -60, 60, 0},     // Q at 2^-60, K at 2^60: scores of order one
+      {64, 9, 3, fpos, fseq, -1, NAN, false, 10, 20, 0},      // scores past 2^30: a hard maximum, finite
+      {128, 32, 8, cpos, cseq, -1, NAN, false, 12, 12, 0},    // the same, past 2^24 at head size 128
   };
   for (int64_t page : {8, 32, 48}) cases.push_back({128, 32, 8, cpos, cseq, -1, NAN, false, 0, 0, 0, page});
   for (const PromptCase& c : cases)

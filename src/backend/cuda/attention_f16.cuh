@@ -99,8 +99,9 @@ __device__ __forceinline__ void convert_row(const float4 (&kr)[D / 32], const fl
   vf = pow2(-ev);
 }
 
-// A warp's 16 rows of one head as fp16 A fragments, each row under its own power of two, which qf takes off the
-// scores again (with the scale in log2 units); rows with no keys read as zeros. nb: the neighbour row's query.
+// A warp's 16 rows of one head as fp16 A fragments: each row times sl (the scale in log2 units) in f32, then under its
+// own power of two, which qf takes off the scores again exactly; rows with no keys read as zeros. nb: the neighbour
+// row's query.
 template <int D>
 __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride, int64_t n_rows, int64_t wrow0,
                                                 int head, const int (&lim)[2], float sl, bool nb,
@@ -116,7 +117,7 @@ __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride
     for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        qv[hr][kk][i] = lim[hr] > 0 ? qr[16 * kk + 2 * t + (i & 1) + 8 * (i >> 1)] : 0.0f;
+        qv[hr][kk][i] = lim[hr] > 0 ? __fmul_rn(qr[16 * kk + 2 * t + (i & 1) + 8 * (i >> 1)], sl) : 0.0f;
         qm[hr] = fmaxf(qm[hr], fabsf(qv[hr][kk][i]));
       }
     qm[hr] = fmaxf(qm[hr], __shfl_xor_sync(0xffffffffu, qm[hr], 1));
@@ -126,7 +127,7 @@ __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int e = isfinite(qm[hr]) ? fit_exp(qm[hr]) : 0;
-    f[hr] = pow2(e), qf[hr] = __fmul_rn(sl, pow2(-e));
+    f[hr] = pow2(e), qf[hr] = pow2(-e);
   }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
@@ -138,7 +139,8 @@ __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride
 
 // A step's two 32-key tiles of raw scores (mma layout, keys 32 u + 8 nt + 2 t + e) into P as one 64-key softmax
 // step: the key factors, the causal mask, the row factor folded into the exponent's fma, and this thread's running
-// sums of its own keys (write_rows adds a row's four). kf: the step's 64 key factors.
+// sums of its own keys (write_rows adds a row's four). kf: the step's 64 key factors. kf and qf are powers of two,
+// so the running maximum is a score exactly and the largest P of a row is 1, however large the scores.
 __device__ __forceinline__ void pair_softmax(float (&s)[2][4][4], const float* kf_pair, int kt, const int (&lim)[2],
                                              const float (&qf)[2], float (&mrun)[2], float (&lrun)[2],
                                              float (&alpha)[2]) {
@@ -157,7 +159,7 @@ __device__ __forceinline__ void pair_softmax(float (&s)[2][4][4], const float* k
       }
     }
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {  // rounding is monotone: the rounded maximum is the maximum of the rounded scores
+  for (int hr = 0; hr < 2; ++hr) {  // rounding is monotone, should a product leave the normal range
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 1));
     bmax[hr] = fmaxf(bmax[hr], __shfl_xor_sync(0xffffffffu, bmax[hr], 2));
     const float mn = fmaxf(mrun[hr], __fmul_rn(bmax[hr], qf[hr]));

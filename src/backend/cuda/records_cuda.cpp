@@ -198,12 +198,13 @@ std::vector<KernelRecord> make_records() {
        "a 37-row prefill chunk with another sequence's rows inside and after; a 70-row prompt from position 0; a NaN "
        "value, a NaN key, a value of 2^31 and a key of 2^65 at key 520 (rows before it finite, rows after it NaN); K "
        "and V at 2^20 with Q at 2^-20, K at 2^-30 with Q at 2^30, V at 2^-20, K at 2^60 with Q at 2^-60 (each page "
-       "scaled once, inputs checked finite); pages of 8, 16, 32 and 48 tokens; every row against itself alone; a "
+       "scaled once, inputs checked finite); Q at 2^10 with K at 2^20 and both at 2^12 (scores past 2^24, a hard "
+       "maximum that must stay finite); pages of 8, 16, 32 and 48 tokens; every row against itself alone; a "
        "canary after the output",
        "|o - o64| <= mag (expm1(2E) + 4u + (n_keys/8 + 64) 2^-22) + 2^-24 (sum_j |v_j| + 1) + 2^-37 max|v|, mag = "
        "sum p_j|v_j|, E = max_s (2u + (hd/16 + 6) 2^-22) + scale hd (q_step max|k| + k_step max|q|), x_step = "
-       "max(2^-39 max|x|, 2^-151), u = 2^-11: Q, K, V and P each one fp16 rounding under powers of two, f32 "
-       "tensor-core chains",
+       "max(2^-39 max|x|, 2^-151) (for Q: 2^-39 (1 + 2^-23) max|q|, 2^-151 / sl, sl = scale log2 e), u = 2^-11: Q "
+       "times sl in f32, then Q, K, V and P each one fp16 rounding under powers of two, f32 tensor-core chains",
        {{201, "one key past the causal limit read"},
         {202, "query head mapped to the wrong KV head"},
         {203, "a key that cannot be used read as zeros"},
