@@ -99,9 +99,8 @@ __device__ __forceinline__ void convert_row(const float4 (&kr)[D / 32], const fl
   vf = pow2(-ev);
 }
 
-// A warp's 16 rows of one head as fp16 A fragments: each row times sl (the scale in log2 units) in f32, then under its
-// own power of two, which qf takes off the scores again exactly; rows with no keys read as zeros. nb: the neighbour
-// row's query.
+// A warp's 16 rows of one head times sl in f32 as fp16 A fragments under their own powers of two, which qf takes off
+// exactly; rows with no keys read as zeros. nb: the neighbour row's query.
 template <int D>
 __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride, int64_t n_rows, int64_t wrow0,
                                                 int head, const int (&lim)[2], float sl, bool nb,
@@ -137,10 +136,8 @@ __device__ __forceinline__ void query_fragments(const float* q, int64_t q_stride
                             __fmul_rn(qv[i & 1][kk][2 * (i >> 1) + 1], f[i & 1]));
 }
 
-// A step's two 32-key tiles of raw scores (mma layout, keys 32 u + 8 nt + 2 t + e) into P as one 64-key softmax
-// step: the key factors, the causal mask, the row factor folded into the exponent's fma, and this thread's running
-// sums of its own keys (write_rows adds a row's four). kf: the step's 64 key factors. kf and qf are powers of two,
-// so the running maximum is a score exactly and the largest P of a row is 1, however large the scores.
+// A step's two 32-key tiles of raw scores (mma layout, keys 32 u + 8 nt + 2 t + e) into P as one 64-key softmax step,
+// with this lane's sums of its keys; kf, qf powers of two: the maximum is a score exactly, so a row's largest P is 1.
 __device__ __forceinline__ void pair_softmax(float (&s)[2][4][4], const float* kf_pair, int kt, const int (&lim)[2],
                                              const float (&qf)[2], float (&mrun)[2], float (&lrun)[2],
                                              float (&alpha)[2]) {
