@@ -7,12 +7,19 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_ctl.cuh"
 #include "backend/cuda/mma_ops.cuh"
-#include "backend/cuda/softmax_step.cuh"
 
 namespace tf::cuda {
 
 constexpr int kFW = 8;   // query warps a block: 16 rows of one head each
 constexpr int kFK = 32;  // keys a tile
+
+// 2^x flushed to +0 below 2^-126, for P only: fp16 P (values scaled by at most 2^15) and row sums of at least 1
+// absorb exp2f's subnormal results; the rescaling factor keeps exp2f, as o times it need not be absorbed.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // e in [-126, 127]
 // floor(log2 m) for a finite m > 0, subnormals included, without a branch.

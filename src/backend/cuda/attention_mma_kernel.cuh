@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
               bmax[e >> 1] = fmaxf(bmax[e >> 1], s[nt][e]);
             }
           float alpha[2], rs[2];
-          softmax_rescale<false>(bmax, mrun, alpha);
-          softmax_exp<false>(s, mrun, rs);
+          softmax_rescale(bmax, mrun, alpha);
+          softmax_exp(s, mrun, rs);
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {  // lanes t = 0..3 of a row: (0+1) + (2+3) in every lane
             rs[hr] = __fadd_rn(rs[hr], __shfl_xor_sync(0xffffffffu, rs[hr], 1));

@@ -224,7 +224,7 @@ std::vector<KernelRecord> make_records() {
                "attention_prompt's cases, each sequence's keys at whole tiles in a scratch with room to spare; every "
                "output against the block kernel (attention_prompt without converted keys) bit for bit, and against "
                "the float64 reference; every row against itself alone; a canary after the output; slots of no "
-               "whole tiles and no sequences refused before any launch",
+               "whole tile pairs and no sequences refused before any launch",
                "bit-equal to attention_prompt (the same float steps and chain orders), so its bound",
                {{203, "a key that cannot be used read as zeros"},
                 {209, "a key converted from the next position"},
