@@ -82,8 +82,8 @@ std::string check_staged_products(std::mt19937& rng) {
   if (!cuda::side_join()) return "side_join failed";
   if (cuda::mma_wgmma_launches() != launches + 3) return "the staged products did not all run on warpgroup mma";
   for (int i = 0; i < 3; ++i)
-    if (int64_t d = first_bit_difference(alone[size_t(i)].get().data(), staged[size_t(i)].get().data(),
-                                         size_t(rows * outs[i]));
+    if (int64_t d =
+            first_bit_difference(alone[size_t(i)].get().data(), staged[size_t(i)].get().data(), size_t(rows * outs[i]));
         d >= 0)
       return fmt::format("{}: the staged product differs at {}", ggml_type_name(types[i]), d);
   if (refused(1)) return "a staged product after staged ones was refused";
@@ -130,7 +130,7 @@ std::string check_cuda_rope_store() {
   for (bool neox : {false, true})
     for (int64_t n_rot : {64, 32})
       for (int slices : {0, 5})
-        for (int64_t rows : {1, 3, 7}) {
+        for (int64_t rows : {1, 3, 7, 16, 32}) {  // 16 and 32: many rows, the row form where it applies
           const int64_t half = n_rot / 2;
           std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
           for (int64_t r = 0; r < rows; ++r)
@@ -176,10 +176,13 @@ std::string check_cuda_rope_store() {
               slices ? cuda::KvSource{dk.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd, 0, qs};
           const cuda::KvSource vs =
               slices ? cuda::KvSource{dv.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd + kvr, 0, qs};
+          const int64_t row_form = cuda::rope_store_row_launches();
           cuda::rope_store(dq.p, qs, n_head, ks, vs, rows, hd, n_rot, dc.p, ds.p, neox, dpos.p, dseq.p, dtab.p,
                            max_pages, dpool.p, page_floats, layer_offset, P, kvr);
           const auto q_got = dq.get(), pool_got = dpool.get();
           const std::string at = fmt::format("neox={} n_rot={} slices={} rows={}", neox, n_rot, slices, rows);
+          if ((cuda::rope_store_row_launches() > row_form) != (rows >= 16 && n_rot == hd && slices == 0))
+            return at + ": the row form ran where it should not, or not where it should";
           if (int64_t d = first_bit_difference(q_want.data(), q_got.data(), q_want.size()); d >= 0)
             return fmt::format("{}: Q differs at {}: {} vs {}", at, d, q_got[size_t(d)], q_want[size_t(d)]);
           if (int64_t d = first_bit_difference(pool_want.data(), pool_got.data(), pool_want.size()); d >= 0)

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
+#include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
 #include "base/scalar.h"
 #include "engine/direct.h"
@@ -167,9 +168,10 @@ TEST(CudaPromptRows, RoundsOfSeveralPromptsEqualEachAloneWithKeysConvertedOnceOr
   for (int32_t i = 0; i < 23; ++i) two.push_back({&b.pages, ids_b[size_t(i)], i, true, true});
   for (int32_t i = 0; i < 40; ++i) two.push_back({&a.pages, ids_a[size_t(i)], i, true, true});
   std::vector<float> got(63 * size_t(kV));
-  const int64_t conv0 = cuda::attention_prompt_key_launches();
+  const int64_t conv0 = cuda::attention_prompt_key_launches(), rope0 = cuda::rope_store_row_launches();
   m.forward(two, got.data());
   EXPECT_EQ(cuda::attention_prompt_key_launches() - conv0, kL) << "128 slots fit the scratch: keys converted once";
+  EXPECT_EQ(cuda::rope_store_row_launches() - rope0, kL) << "63 prompt rows: RoPE and the KV store a block a row";
   EXPECT_EQ(std::memcmp(alone_b.data(), got.data(), 23 * size_t(kV) * 4), 0) << "B's rows beside A's";
   EXPECT_EQ(std::memcmp(alone_a.data(), got.data() + 23 * size_t(kV), 40 * size_t(kV) * 4), 0) << "A's rows beside B's";
   std::vector<KvLease> leases;

@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -156,6 +158,95 @@ __global__ void rope_store_kernel(float* q, int64_t q_stride, int n_head, KvSour
   }
 }
 
+constexpr int kRopeRowThreads = 256;  // the row kernel's threads; each takes kRopeRowTasks float4 tasks a pass
+constexpr int kRopeRowTasks = 2;
+
+// rope_store's float4 tasks of one row: Q's, K's, then V's (NORM: a float4 of two pairs; NEOX: a float4 of a head's
+// first half and its partner float4 half a head on). Full rotation, whole heads of HD, nothing strided by less than 4.
+template <int HD>
+struct RopeRow {
+  static_assert(HD == 64 || HD == 128, "the row form takes heads of 64 or 128");
+  int n_q, n_k, n_v;  // tasks of each kind
+  bool neox;
+  __device__ RopeRow(int n_head, int n_kv_head, bool nx) : neox(nx) {
+    const int per = nx ? HD / 8 : HD / 4;
+    n_q = n_head * per, n_k = n_kv_head * per, n_v = n_kv_head * HD / 4;
+  }
+  // Element offsets of task t's two float4 (b < 0: one float4) within its kind's row, and its first angle.
+  __device__ void at(int t, int& a, int& b, int& ang) const {
+    constexpr int kSh = HD == 64 ? 3 : 4;  // log2 of HD / 8
+    const int sh = neox ? kSh : kSh + 1, h = t >> sh, c = t & ((1 << sh) - 1);
+    a = h * HD + 4 * c, b = neox ? a + HD / 2 : -1, ang = neox ? 4 * c : 2 * c;
+  }
+};
+
+// Prompt rows of rope_store (rope_store_kernel's float steps, so its bits): a block per row, float4 loads and stores,
+// every task of a pass read before any is written.
+template <int HD>
+__global__ void __launch_bounds__(kRopeRowThreads, 4)
+    rope_store_rows_kernel(float* q, int64_t q_stride, int n_head, KvSource k, KvSource v, int n_kv_head,
+                           const float* cos, const float* sin, bool neox, const int32_t* pos, const int32_t* row_seq,
+                           const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
+                           int64_t layer_offset, int64_t page_size) {
+  constexpr int kHalf = HD / 2;
+  const int64_t r = blockIdx.x;
+  const int kv_row = n_kv_head * HD;
+  const RopeRow<HD> rr(n_head, n_kv_head, neox != TF_DCTL(131));  // planted: pairs taken with the other pairing
+  float* kp = kv_slot(pos, row_seq, r, page_table, max_pages, base, page_floats, layer_offset, page_size, kv_row);
+  const float* cr = cos + r * kHalf;
+  const float* sr = sin + r * kHalf;
+  float* qr = q + r * q_stride;
+  const float* kr = k.p + r * k.stride;
+  const float* vr = TF_DCTL(172) ? kr : v.p + r * v.stride;  // planted: K stored as V
+  grid_wait();
+  const int total = rr.n_q + rr.n_k + rr.n_v;
+  for (int t0 = 0; t0 < total; t0 += kRopeRowThreads * kRopeRowTasks) {
+    float4 x0[kRopeRowTasks], x1[kRopeRowTasks], c[kRopeRowTasks], sn[kRopeRowTasks];
+    int kind[kRopeRowTasks], a[kRopeRowTasks], b[kRopeRowTasks];
+#pragma unroll
+    for (int e = 0; e < kRopeRowTasks; ++e) {  // kind 0 Q, 1 K, 2 V, 3 none
+      int t = t0 + e * kRopeRowThreads + int(threadIdx.x), ang = 0;
+      kind[e] = t < rr.n_q ? 0 : t < rr.n_q + rr.n_k ? 1 : t < total ? 2 : 3;
+      t -= kind[e] == 0 ? 0 : kind[e] == 1 ? rr.n_q : rr.n_q + rr.n_k;
+      a[e] = 4 * t, b[e] = -1;
+      if (kind[e] < 2) rr.at(t, a[e], b[e], ang);
+      const float* src = kind[e] == 0 ? qr : kind[e] == 1 ? kr : vr;
+      x0[e] = x1[e] = c[e] = sn[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (kind[e] == 3) continue;
+      x0[e] = *reinterpret_cast<const float4*>(src + a[e]);
+      if (b[e] >= 0) {
+        x1[e] = *reinterpret_cast<const float4*>(src + b[e]);
+        c[e] = *reinterpret_cast<const float4*>(cr + ang), sn[e] = *reinterpret_cast<const float4*>(sr + ang);
+      } else if (kind[e] < 2) {
+        const float2 c2 = *reinterpret_cast<const float2*>(cr + ang), s2 = *reinterpret_cast<const float2*>(sr + ang);
+        c[e] = make_float4(c2.x, c2.y, 0.0f, 0.0f), sn[e] = make_float4(s2.x, s2.y, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kRopeRowTasks; ++e) {
+      if (kind[e] == 3) continue;
+      float* dst = kind[e] == 0 ? qr : kind[e] == 1 ? kp : kp + page_size * kv_row;
+      float4 y0 = x0[e], y1 = x1[e];
+      if (kind[e] < 2 && b[e] >= 0) {  // NEOX: element i of the first half with element i of the second
+        float2 p;
+        p = rope_rotate(x0[e].x, x1[e].x, c[e].x, sn[e].x), y0.x = p.x, y1.x = p.y;
+        p = rope_rotate(x0[e].y, x1[e].y, c[e].y, sn[e].y), y0.y = p.x, y1.y = p.y;
+        p = rope_rotate(x0[e].z, x1[e].z, c[e].z, sn[e].z), y0.z = p.x, y1.z = p.y;
+        p = rope_rotate(x0[e].w, x1[e].w, c[e].w, sn[e].w), y0.w = p.x, y1.w = p.y;
+        *reinterpret_cast<float4*>(dst + b[e]) = y1;
+      } else if (kind[e] < 2) {  // NORM: adjacent pairs
+        float2 p;
+        p = rope_rotate(x0[e].x, x0[e].y, c[e].x, sn[e].x), y0.x = p.x, y0.y = p.y;
+        p = rope_rotate(x0[e].z, x0[e].w, c[e].y, sn[e].y), y0.z = p.x, y0.w = p.y;
+      }
+      *reinterpret_cast<float4*>(dst + a[e]) = y0;
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+std::atomic<int64_t> g_rope_rows{0};
+
 __global__ void add_bias_kernel(float* x, const float* b, int64_t n_rows, int64_t n) {
   grid_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -251,11 +342,26 @@ void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, c
     throw std::runtime_error("rope_store: rows past 2^31 floats");
   // Many rows: kRopeTasks a thread, so a row's blocks are few and their loads overlap; few rows: one, for more blocks.
   const bool many = n_rows >= 16;
+  // Many rows of whole rotated heads of 64 or 128, all float4-aligned: a block a row and float4 tasks, the same bits.
+  const bool rows_form = many && n_rot == head_dim && (head_dim == 64 || head_dim == 128) && k.slices == 0 &&
+                         v.slices == 0 && aligned16(q) && aligned16(k.p) && aligned16(v.p) && aligned16(base) &&
+                         aligned16(cos) && aligned16(sin) && q_stride % 4 == 0 && k.stride % 4 == 0 &&
+                         v.stride % 4 == 0 && page_floats % 4 == 0 && layer_offset % 4 == 0;
+  if (rows_form) {
+    launch_k(head_dim == 64 ? rope_store_rows_kernel<64> : rope_store_rows_kernel<128>, unsigned(n_rows),
+             kRopeRowThreads, 0, q, q_stride, int(n_head), k, v, int(n_kv_head), cos, sin, neox, pos, row_seq,
+             page_table, max_pages, base, page_floats, layer_offset, page_size);
+    check_launch("rope_store");
+    g_rope_rows.fetch_add(1);
+    return;
+  }
   launch_k(many ? rope_store_kernel<kRopeTasks> : rope_store_kernel<1>,
            dim3(grid(tasks, many ? kRopeTasks * 128 : 128), unsigned(n_rows)), 128, 0, q, q_stride, int(n_head), k, v,
            n_rows, int(head_dim), int(half), cos, sin, neox, pos, row_seq, page_table, max_pages, base, page_floats,
            layer_offset, page_size, int(kv_row));
   check_launch("rope_store");
 }
+
+int64_t rope_store_row_launches() { return g_rope_rows.load(); }
 
 }  // namespace tf::cuda

@@ -31,6 +31,7 @@ void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, c
                 int64_t head_dim, int64_t n_rot, const float* cos, const float* sin, bool neox, const int32_t* pos,
                 const int32_t* row_seq, const int32_t* page_table, int64_t max_pages, float* base, int64_t page_floats,
                 int64_t layer_offset, int64_t page_size, int64_t kv_row);
+int64_t rope_store_row_launches();  // for tests: launches that took the row form (a block a row, float4 tasks)
 // dst[r] = src[idx[r]] for rows of n floats.
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst);
 

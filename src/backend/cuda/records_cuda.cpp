@@ -73,22 +73,22 @@ std::vector<KernelRecord> make_records() {
                   {134, "a write past the end"},
                   {135, "a unit's fragments built from the neighbour tile"}}});
   for (const char* f : {"q4_k", "q6_k"})
-    r.push_back({std::string("prompt_image_wide.") + f,
-                 "cuda",
-                 {f},
-                 "as prompt_image." + std::string(f) +
-                     " with the image in blocks of 192, 224 or 256 outputs (f16_image_width: the fewest 512-row waves "
-                     "of one block a SM), run by f16_wide_gemm_kernel<W>: x as wgmma's A (64 rows a warpgroup), the "
-                     "image as B (W outputs), one producer thread, as many stages as fit",
-                 "the prompt." + std::string(f) +
-                     " cases at each of the three widths; each output equal bit for bit to the decoding product; the "
-                     "image's width checked; a canary after the image",
-                 "bit-equal to prompt." + std::string(f) +
-                     " (the same products and k order, A and B swapped), so its bound",
-                 {{131, "non-finite activation read as 0"},
-                  {133, "a step's terms lost"},
-                  {134, "a write past the end"},
-                  {135, "a unit's fragments built from the neighbour tile"}}});
+    r.push_back(
+        {std::string("prompt_image_wide.") + f,
+         "cuda",
+         {f},
+         "as prompt_image." + std::string(f) +
+             " with the image in blocks of 192, 224 or 256 outputs (f16_image_width: the fewest 512-row waves "
+             "of one block a SM), run by f16_wide_gemm_kernel<W>: x as wgmma's A (64 rows a warpgroup), the "
+             "image as B (W outputs), one producer thread, as many stages as fit",
+         "the prompt." + std::string(f) +
+             " cases at each of the three widths; each output equal bit for bit to the decoding product; the "
+             "image's width checked; a canary after the image",
+         "bit-equal to prompt." + std::string(f) + " (the same products and k order, A and B swapped), so its bound",
+         {{131, "non-finite activation read as 0"},
+          {133, "a step's terms lost"},
+          {134, "a write past the end"},
+          {135, "a unit's fragments built from the neighbour tile"}}});
   r.push_back({"prompt_image_stack",
                "cuda",
                {"q4_k", "q6_k"},
@@ -245,8 +245,10 @@ std::vector<KernelRecord> make_records() {
                "cuda",
                {"f32"},
                "rope on Q in place and on K, then the KV store, in one launch; K and V as strided rows or as their "
-               "products' slice partials",
-               "head_dim 64, 4/2 heads, n_rot 64 and 32, NORM and NEOX; rows 1,3,7 of two sequences; rows or 5 slices",
+               "products' slice partials; 16 rows or more of whole rotated heads of 64 or 128, float4-aligned rows "
+               "(no partials): a block a row, float4 tasks (rope_store_rows_kernel)",
+               "head_dim 64, 4/2 heads, n_rot 64 and 32, NORM and NEOX; rows 1,3,7,16,32 of two sequences (16 and 32 "
+               "of n_rot 64 without slices in the row form); rows or 5 slices",
                "bit-exact: the host's float steps (slices added in order, each rotation product and sum rounded once)",
                {{131, "pairs taken with the other pairing"},
                 {132, "sin sign flipped"},
