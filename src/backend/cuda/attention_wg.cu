@@ -70,7 +70,9 @@ __global__ void __launch_bounds__(kFW * 32) attention_wg_keys_kernel(PagedKv kv,
   convert_row<D>(kr, vr, hk, hv, kf, vf);
   const KeyTiles im = key_tiles(pk.scratch, pk.slots, n_kv_head, D);
   const int64_t tile = int64_t(kvh) * (pk.slots / kFK) + pk.slot[s] / kFK + blockIdx.x;
-  uint8_t* grp = im.kv + tile * tile_bytes<D>() + (jl / 8) * group_bytes<D>();
+  // The tile is laid out in shared memory first (V^T's halves land 2 bytes apart), then stored 16 bytes a thread.
+  __shared__ __align__(16) uint8_t tl[tile_bytes<D>()];
+  uint8_t* grp = tl + (jl / 8) * group_bytes<D>();
 #pragma unroll
   for (int i = 0; i < D / 32; ++i) {
     const int d0 = 4 * c8 + 32 * i;
@@ -80,6 +82,11 @@ __global__ void __launch_bounds__(kFW * 32) attention_wg_keys_kernel(PagedKv kv,
     for (int e = 0; e < 4; ++e)
       *reinterpret_cast<__half*>(grp + 16 * D + ((d0 + e) / 8) * 128 + ((d0 + e) % 8) * 16 + (jl % 8) * 2) = h[e];
   }
+  __syncthreads();
+  uint4* dst = reinterpret_cast<uint4*>(im.kv + tile * tile_bytes<D>());
+#pragma unroll
+  for (int i = 0; i < int(tile_bytes<D>() / 16) / (kFW * 32); ++i)
+    dst[threadIdx.x + i * kFW * 32] = reinterpret_cast<const uint4*>(tl)[threadIdx.x + i * kFW * 32];
   if (c8 == 0) {
     const int64_t row = int64_t(kvh) * pk.slots + pk.slot[s] + j;
     im.kf[row] = kf, im.vf[row] = vf;
