@@ -124,73 +124,77 @@ std::string check_cuda_embedding(GgmlType type) {
 // float against a host reference in the kernels' own single-rounding float steps, so the comparison is bitwise.
 std::string check_cuda_rope_store() {
   std::mt19937 rng(94);
-  const int64_t hd = 64, n_head = 4, n_kvh = 2, kvr = n_kvh * hd, qs = n_head * hd + 2 * kvr, P = 8;
-  const int64_t n_pages = 12, max_pages = 4, layer_offset = 2 * P * kvr, page_floats = 4 * P * kvr;
+  const int64_t n_head = 4, n_kvh = 2, P = 8, n_pages = 12, max_pages = 4;
   const std::vector<int32_t> table = {5, 2, 9, 0, 7, 11, 3, 1};
-  for (bool neox : {false, true})
-    for (int64_t n_rot : {64, 32})
-      for (int slices : {0, 5})
-        for (int64_t rows : {1, 3, 7, 16, 32}) {  // 16 and 32: many rows, the row form where it applies
-          const int64_t half = n_rot / 2;
-          std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
-          for (int64_t r = 0; r < rows; ++r)
-            seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
-          std::vector<float> cs(static_cast<size_t>(rows * half)), sn(static_cast<size_t>(rows * half));
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = 0; i < half; ++i) {
-              const double th = pos[size_t(r)] * std::pow(10000.0, -2.0 * double(i) / double(n_rot));
-              cs[size_t(r * half + i)] = float(std::cos(th)), sn[size_t(r * half + i)] = float(std::sin(th));
-            }
-          // Q|K|V rows as the stacked product writes them; with slices, K and V come from partials instead.
-          auto qkv = random_floats(size_t(rows * qs), rng, 3.0f);
-          auto kpart = random_floats(size_t(std::max(slices, 1) * rows * kvr), rng, 3.0f);
-          auto vpart = random_floats(kpart.size(), rng, 3.0f);
-          auto in = [&](bool v, int64_t r, int64_t j) {
-            if (slices == 0) return qkv[size_t(r * qs + n_head * hd + (v ? kvr : 0) + j)];
-            const auto& pp = v ? vpart : kpart;
-            float s = pp[size_t(r * kvr + j)];
-            for (int k = 1; k < slices; ++k) s = s + pp[size_t((k * rows + r) * kvr + j)];
-            return s;
-          };
-          auto rot = [&](float x0, float x1, int64_t at, float& y0, float& y1) {
-            const float c = cs[size_t(at)], s = sn[size_t(at)];
-            const float a = x0 * c, b = x1 * s, e = x0 * s, f = x1 * c;
-            y0 = a - b, y1 = e + f;
-          };
-          auto q_want = qkv;
-          std::vector<float> pool(size_t(n_pages * page_floats), 0.0f), pool_want = pool;
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t p = pos[size_t(r)], page = table[size_t(seq[size_t(r)] * max_pages + p / P)];
-            float* kp = pool_want.data() + page * page_floats + layer_offset + (p % P) * kvr;
-            for (int64_t j = 0; j < kvr; ++j) kp[j] = in(false, r, j), kp[P * kvr + j] = in(true, r, j);
-            for (int64_t h = 0; h < n_head + n_kvh; ++h)
+  // Heads of 64 and 128: the row form's two instantiations.
+  for (int64_t hd : {64, 128}) {
+    const int64_t kvr = n_kvh * hd, qs = n_head * hd + 2 * kvr, layer_offset = 2 * P * kvr, page_floats = 4 * P * kvr;
+    for (bool neox : {false, true})
+      for (int64_t n_rot : {hd, hd / 2})
+        for (int slices : {0, 5})
+          for (int64_t rows : {1, 3, 7, 16, 32}) {  // 16 and 32: many rows, the row form where it applies
+            const int64_t half = n_rot / 2;
+            std::vector<int32_t> pos(static_cast<size_t>(rows)), seq(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r)
+              seq[size_t(r)] = int32_t(r % 2), pos[size_t(r)] = int32_t((r * 13 + 5) % (P * max_pages));
+            std::vector<float> cs(static_cast<size_t>(rows * half)), sn(static_cast<size_t>(rows * half));
+            for (int64_t r = 0; r < rows; ++r)
               for (int64_t i = 0; i < half; ++i) {
-                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                float* x = h < n_head ? q_want.data() + r * qs + h * hd : kp + (h - n_head) * hd;
-                rot(x[a], x[b], r * half + i, x[a], x[b]);
+                const double th = pos[size_t(r)] * std::pow(10000.0, -2.0 * double(i) / double(n_rot));
+                cs[size_t(r * half + i)] = float(std::cos(th)), sn[size_t(r * half + i)] = float(std::sin(th));
               }
+            // Q|K|V rows as the stacked product writes them; with slices, K and V come from partials instead.
+            auto qkv = random_floats(size_t(rows * qs), rng, 3.0f);
+            auto kpart = random_floats(size_t(std::max(slices, 1) * rows * kvr), rng, 3.0f);
+            auto vpart = random_floats(kpart.size(), rng, 3.0f);
+            auto in = [&](bool v, int64_t r, int64_t j) {
+              if (slices == 0) return qkv[size_t(r * qs + n_head * hd + (v ? kvr : 0) + j)];
+              const auto& pp = v ? vpart : kpart;
+              float s = pp[size_t(r * kvr + j)];
+              for (int k = 1; k < slices; ++k) s = s + pp[size_t((k * rows + r) * kvr + j)];
+              return s;
+            };
+            auto rot = [&](float x0, float x1, int64_t at, float& y0, float& y1) {
+              const float c = cs[size_t(at)], s = sn[size_t(at)];
+              const float a = x0 * c, b = x1 * s, e = x0 * s, f = x1 * c;
+              y0 = a - b, y1 = e + f;
+            };
+            auto q_want = qkv;
+            std::vector<float> pool(size_t(n_pages * page_floats), 0.0f), pool_want = pool;
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t p = pos[size_t(r)], page = table[size_t(seq[size_t(r)] * max_pages + p / P)];
+              float* kp = pool_want.data() + page * page_floats + layer_offset + (p % P) * kvr;
+              for (int64_t j = 0; j < kvr; ++j) kp[j] = in(false, r, j), kp[P * kvr + j] = in(true, r, j);
+              for (int64_t h = 0; h < n_head + n_kvh; ++h)
+                for (int64_t i = 0; i < half; ++i) {
+                  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                  float* x = h < n_head ? q_want.data() + r * qs + h * hd : kp + (h - n_head) * hd;
+                  rot(x[a], x[b], r * half + i, x[a], x[b]);
+                }
+            }
+            Buf<float> dq(qkv), dk(kpart), dv(vpart), dpool(pool), dc(cs), ds(sn);
+            Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
+            const cuda::KvSource ks =
+                slices ? cuda::KvSource{dk.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd, 0, qs};
+            const cuda::KvSource vs =
+                slices ? cuda::KvSource{dv.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd + kvr, 0, qs};
+            const int64_t row_form = cuda::rope_store_row_launches();
+            cuda::rope_store(dq.p, qs, n_head, ks, vs, rows, hd, n_rot, dc.p, ds.p, neox, dpos.p, dseq.p, dtab.p,
+                             max_pages, dpool.p, page_floats, layer_offset, P, kvr);
+            const auto q_got = dq.get(), pool_got = dpool.get();
+            const std::string at =
+                fmt::format("hd={} neox={} n_rot={} slices={} rows={}", hd, neox, n_rot, slices, rows);
+            if ((cuda::rope_store_row_launches() > row_form) != (rows >= 16 && n_rot == hd && slices == 0))
+              return at + ": the row form ran where it should not, or not where it should";
+            if (int64_t d = first_bit_difference(q_want.data(), q_got.data(), q_want.size()); d >= 0)
+              return fmt::format("{}: Q differs at {}: {} vs {}", at, d, q_got[size_t(d)], q_want[size_t(d)]);
+            if (int64_t d = first_bit_difference(pool_want.data(), pool_got.data(), pool_want.size()); d >= 0)
+              return fmt::format("{}: the pool differs at {}: {} vs {}", at, d, pool_got[size_t(d)],
+                                 pool_want[size_t(d)]);
           }
-          Buf<float> dq(qkv), dk(kpart), dv(vpart), dpool(pool), dc(cs), ds(sn);
-          Buf<int32_t> dpos(pos), dseq(seq), dtab(table);
-          const cuda::KvSource ks =
-              slices ? cuda::KvSource{dk.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd, 0, qs};
-          const cuda::KvSource vs =
-              slices ? cuda::KvSource{dv.p, slices, kvr} : cuda::KvSource{dq.p + n_head * hd + kvr, 0, qs};
-          const int64_t row_form = cuda::rope_store_row_launches();
-          cuda::rope_store(dq.p, qs, n_head, ks, vs, rows, hd, n_rot, dc.p, ds.p, neox, dpos.p, dseq.p, dtab.p,
-                           max_pages, dpool.p, page_floats, layer_offset, P, kvr);
-          const auto q_got = dq.get(), pool_got = dpool.get();
-          const std::string at = fmt::format("neox={} n_rot={} slices={} rows={}", neox, n_rot, slices, rows);
-          if ((cuda::rope_store_row_launches() > row_form) != (rows >= 16 && n_rot == hd && slices == 0))
-            return at + ": the row form ran where it should not, or not where it should";
-          if (int64_t d = first_bit_difference(q_want.data(), q_got.data(), q_want.size()); d >= 0)
-            return fmt::format("{}: Q differs at {}: {} vs {}", at, d, q_got[size_t(d)], q_want[size_t(d)]);
-          if (int64_t d = first_bit_difference(pool_want.data(), pool_got.data(), pool_want.size()); d >= 0)
-            return fmt::format("{}: the pool differs at {}: {} vs {}", at, d, pool_got[size_t(d)],
-                               pool_want[size_t(d)]);
-        }
+  }
   // Real K (Q4_K) and V (Q6_K) products leaving their partials in caller buffers equal the reduced rows.
-  const int64_t E = 768;
+  const int64_t hd = 64, kvr = n_kvh * hd, layer_offset = 2 * P * kvr, page_floats = 4 * P * kvr, E = 768;
   auto wk = random_weight(GgmlType::Q4_K, E, kvr, rng), wv = random_weight(GgmlType::Q6_K, E, kvr, rng);
   Buf<uint8_t> dwk(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q4_K, E, kvr)));
   Buf<uint8_t> dwv(std::vector<uint8_t>(cuda::device_matrix_bytes(GgmlType::Q6_K, E, kvr)));

@@ -247,8 +247,8 @@ std::vector<KernelRecord> make_records() {
                "rope on Q in place and on K, then the KV store, in one launch; K and V as strided rows or as their "
                "products' slice partials; 16 rows or more of whole rotated heads of 64 or 128, float4-aligned rows "
                "(no partials): a block a row, float4 tasks (rope_store_rows_kernel)",
-               "head_dim 64, 4/2 heads, n_rot 64 and 32, NORM and NEOX; rows 1,3,7,16,32 of two sequences (16 and 32 "
-               "of n_rot 64 without slices in the row form); rows or 5 slices",
+               "head_dim 64 and 128, 4/2 heads, n_rot the head and half of it, NORM and NEOX; rows 1,3,7,16,32 of two "
+               "sequences (16 and 32 of whole rotation without slices in the row form); rows or 5 slices",
                "bit-exact: the host's float steps (slices added in order, each rotation product and sum rounded once)",
                {{131, "pairs taken with the other pairing"},
                 {132, "sin sign flipped"},
