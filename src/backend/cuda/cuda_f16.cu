@@ -58,10 +58,11 @@ uint8_t* stage(const DeviceMatrix& w, const float* x, int64_t n_rows, int ctl, c
   // Rows of up to 4,096 columns keep their two chunks a thread in registers; longer ones keep eight (16,384 columns).
   const unsigned blocks = unsigned((n_rows + kN - 1) / kN * kN);
   int* xe = exps_of(base, w.n_in, n_rows);
-  // SwiGLU rows are long and their values costly: 1,024 threads of two chunks hide more latency than 256 of eight.
+  // Long SwiGLU rows: a cluster of four 256-thread blocks a row, so an SM runs four blocks in different phases.
   if constexpr (kSrc == kStageSwiglu) {
     if (w.n_in > 4096) {
-      launch_k(f16_stage_kernel<kN, 2, kSrc, 1024>, blocks, 1024, 0, x, w.n_in, n_rows, base, xe, ctl, norm_w, eps);
+      launch_kc(4, f16_stage_kernel<kN, 2, kSrc, 256, 4>, blocks * 4, 256, 0, x, w.n_in, n_rows, base, xe, ctl, norm_w,
+                eps);
       return base;
     }
   }

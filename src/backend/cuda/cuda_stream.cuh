@@ -36,19 +36,27 @@ inline void cuda_check(cudaError_t e, const char* op) {
   throw std::runtime_error(std::string("CUDA ") + op + ": " + cudaGetErrorString(e));
 }
 
+// cluster > 1: blocks in clusters of that many along x (compute capability 9.0; grid.x a multiple of it).
 template <typename... P, typename... A>
-void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
-  cudaLaunchAttribute attr[1];
+void launch_kc(unsigned cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_on() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = current_stream();
-  cfg.attrs = attr, cfg.numAttrs = 1;
+  cfg.attrs = attr, cfg.numAttrs = cluster > 1 ? 2 : 1;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it, so the next check does not report this launch again
     throw std::runtime_error(std::string("CUDA launch: ") + cudaGetErrorString(e));
   }
+}
+
+template <typename... P, typename... A>
+void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  launch_kc(1, kernel, grid, block, smem, std::forward<A>(args)...);
 }
 
 // Whether the sm_90a build of a kernel loaded (the PTX of other architectures has no wgmma), with its shared memory.

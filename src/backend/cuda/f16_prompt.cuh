@@ -151,17 +151,48 @@ __device__ __forceinline__ void f16_load8(const float* p, float (&v)[8]) {
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+// The largest of every block's m in this cluster of kC, which all threads of each block hold; then a block
+// may not exit until cluster_leave, since its peers read its shared memory.
+template <int kC>
+__device__ __forceinline__ float cluster_max(float m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ float mine;
+  if (threadIdx.x == 0) mine = m;
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  const uint32_t local = uint32_t(__cvta_generic_to_shared(&mine));
+#pragma unroll
+  for (int k = 0; k < kC; ++k) {
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(k));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    m = fmaxf(m, v);
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+  __trap();  // clusters need compute capability 9.0; the launcher never picks this form elsewhere
+#endif
+  return m;
+}
+__device__ __forceinline__ void cluster_leave() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
 // What the stage makes x from as it reads: x, gate|up rows of 2 n_in (SwiGLU), or x rows (RMSNorm), never stored.
 enum F16Src { kStageX = 0, kStageSwiglu = 1, kStageNorm = 2 };
 
-// A block per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows are zeros.
-template <int kN, int kKeep, int kSrc = kStageX, int kThreads = kRmsThreads>
+// kC blocks (a cluster) per padded row: x * 2^e_r as fp16 (largest finite |x| into [2^14, 2^15)); rows past n_rows
+// are zeros. Block k of a cluster takes the k-th run of the row's 8-column chunks; the max is the same in any order.
+template <int kN, int kKeep, int kSrc = kStageX, int kThreads = kRmsThreads, int kC = 1>
 __global__ void __launch_bounds__(kThreads)
     f16_stage_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, uint8_t* __restrict__ xw,
                      int* __restrict__ xe, int ctl, const float* __restrict__ norm_w = nullptr, float eps = 0.0f) {
-  static_assert(kSrc != kStageNorm || kThreads == kRmsThreads, "rms_row_scale's fixed tree is over 256 threads");
+  static_assert(kSrc != kStageNorm || (kThreads == kRmsThreads && kC == 1), "rms_row_scale's tree is one block's");
   grid_wait();
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x / kC;
+  const int rank = int(blockIdx.x % kC);
   __shared__ float red[32];
   const bool live = r < n_rows;
   float scale = 1.0f;
@@ -191,7 +222,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < 8; ++i) v[i] = isfinite(v[i]) ? v[i] : 0.0f;  // planted: non-finite read as 0
   };
   // The first kKeep chunks of each thread stay in registers between the two passes; any beyond are read again.
-  const int64_t chunks = n_in / 8;
+  const int64_t per = (n_in / 8 + kC - 1) / kC, c_lo = rank * per, c_end = min(n_in / 8, c_lo + per);
   float keep[kKeep][8], mx = 0.0f;
   auto top = [&](const float(&v)[8]) {
 #pragma unroll
@@ -200,9 +231,10 @@ __global__ void __launch_bounds__(kThreads)
   };
 #pragma unroll
   for (int k = 0; k < kKeep; ++k)
-    if (const int64_t c8 = threadIdx.x + int64_t(k) * blockDim.x; live && c8 < chunks) at8(c8, keep[k]), top(keep[k]);
+    if (const int64_t c8 = c_lo + threadIdx.x + int64_t(k) * blockDim.x; live && c8 < c_end)
+      at8(c8, keep[k]), top(keep[k]);
   if (live)
-    for (int64_t c8 = threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < chunks; c8 += blockDim.x) {
+    for (int64_t c8 = c_lo + threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < c_end; c8 += blockDim.x) {
       float v[8];
       at8(c8, v);
       top(v);
@@ -212,10 +244,14 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   mx = 0.0f;
   for (int i = 0; i < int(blockDim.x >> 5); ++i) mx = fmaxf(mx, red[i]);
+  if constexpr (kC > 1) {
+    const float all = cluster_max<kC>(mx);
+    if (!TF_FCTL(175)) mx = all;  // planted: each block scales by its own max
+  }
   int ex = 0;
   if (mx > 0.0f) frexpf(mx, &ex);
   const int e = mx > 0.0f ? 15 - ex : 0;
-  if (threadIdx.x == 0) xe[r] = e;
+  if (threadIdx.x == 0 && rank == 0) xe[r] = e;
   // x * 2^e as two exact scalings (e reaches 163 for the smallest rows): ldexpf's bits without its branches.
   const float s1 = __int_as_float((min(e, 127) + 127) << 23), s2 = __int_as_float((max(e - 127, 0) + 127) << 23);
   const int64_t rb = r / kN, n = r % kN;
@@ -231,12 +267,13 @@ __global__ void __launch_bounds__(kThreads)
   };
 #pragma unroll
   for (int k = 0; k < kKeep; ++k)
-    if (const int64_t c8 = threadIdx.x + int64_t(k) * blockDim.x; c8 < chunks) put(c8, keep[k]);
-  for (int64_t c8 = threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < chunks; c8 += blockDim.x) {
+    if (const int64_t c8 = c_lo + threadIdx.x + int64_t(k) * blockDim.x; c8 < c_end) put(c8, keep[k]);
+  for (int64_t c8 = c_lo + threadIdx.x + int64_t(kKeep) * blockDim.x; c8 < c_end; c8 += blockDim.x) {
     float v[8] = {};
     if (live) at8(c8, v);
     put(c8, v);
   }
+  if constexpr (kC > 1) cluster_leave();
 }
 
 // Prompt image: [kW-output block][unit][step][8-column half][output][8 halves], as x's image, so wgmma reads it.

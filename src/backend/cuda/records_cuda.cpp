@@ -108,12 +108,21 @@ std::vector<KernelRecord> make_records() {
   // The SwiGLU stage's two block shapes, one record each, so that each shape's planted controls are caught on it.
   struct SwigluShape {
     const char *name, *shape, *cases;
+    bool cluster;
   };
-  for (auto [name, shape, cases] :
+  for (auto [name, shape, cases, cluster] :
        {SwigluShape{"prompt_stage_swiglu", "256 threads a row, n_in up to 4,096",
-                    "256x33 and 1536x520 (rows 1,2,3,7,16,64,100,130,300)"},
-        SwigluShape{"prompt_stage_swiglu_wide", "1,024 threads a row, n_in past 4,096",
-                    "14336x160 and 28672x33 (rows 1,3,130; 28,672 past the 16,384 columns kept in registers)"}})
+                    "256x33 and 1536x520 (rows 1,2,3,7,16,64,100,130,300)", false},
+        SwigluShape{"prompt_stage_swiglu_wide",
+                    "a cluster of four 256-thread blocks a row, each a quarter of its chunks, the row's max shared "
+                    "through the cluster's shared memory, n_in past 4,096",
+                    "14336x160 and 28672x33 (rows 1,3,130; 28,672 past the 4,096 columns a block keeps in registers)",
+                    true}}) {
+    std::vector<PlantedControl> ctl = {{131, "non-finite activation read as 0"},
+                                       {132, "row reads its neighbour's activations"},
+                                       {138, "sigmoid sign slip"},
+                                       {139, "SwiGLU takes the neighbour column's up value"}};
+    if (cluster) ctl.push_back({175, "each block of the cluster scales by its own max"});
     r.push_back({name,
                  "cuda",
                  {"f32"},
@@ -128,10 +137,8 @@ std::vector<KernelRecord> make_records() {
                      "another x, refused",
                  "bit-equal to swiglu then prompt.q6_k, so |y - y64| <= prompt.q6_k's bound over swiglu_pairs' "
                  "values s + sum |w_i| |s_i - s64_i| (s64: float64 SwiGLU, y64 its float64 product)",
-                 {{131, "non-finite activation read as 0"},
-                  {132, "row reads its neighbour's activations"},
-                  {138, "sigmoid sign slip"},
-                  {139, "SwiGLU takes the neighbour column's up value"}}});
+                 ctl});
+  }
   r.push_back({"prompt_stage_norm",
                "cuda",
                {"f32"},
