@@ -25,17 +25,6 @@
 namespace tf::contract {
 // The decoding prompt product of m, with no planted control (contract_cuda_stack.cpp): what images must equal.
 std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows);
-namespace {
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t n) : p(cuda::device_alloc(n)) {}
-  ~Dev() { cuda::device_free(p); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
 
 // |min| of each weight (w = scale * q + min) for the formats with mins: the tensor-core bound's magnitude term.
 std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out) {
@@ -54,6 +43,18 @@ std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb
   }
   return mn;
 }
+
+namespace {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t n) : p(cuda::device_alloc(n)) {}
+  ~Dev() { cuda::device_free(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
 
 // The residual form in place (y = res + W x, one rounding) against the separate add of y; `run(out)` computes it.
 std::string residual_differs(const std::vector<float>& y, int64_t n, const Dev& dy, std::mt19937& rng,
@@ -414,6 +415,7 @@ std::string check_cuda_gather();
 std::string check_cuda_candidates();
 std::string check_cuda_split_producers();
 std::string check_cuda_prompt_stack();
+std::string check_cuda_mma_group();
 
 }  // namespace tf::contract
 
@@ -468,6 +470,7 @@ int main(int argc, char** argv) {
       return std::string();
     };
   checks["prompt_image_stack"] = contract::check_cuda_prompt_stack;
+  checks["mma_group"] = contract::check_cuda_mma_group;
   checks["prompt_stage_swiglu"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 0}); };
   checks["prompt_stage_swiglu_wide"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q6_K, {false, 1}); };
   checks["prompt_stage_norm"] = [] { return contract::check_prompt_fused_stage(GgmlType::Q4_K, {true}); };

@@ -148,7 +148,8 @@ DeviceMatrix upload_matrix(GgmlType type, const void* host, int64_t n_in, int64_
 }
 
 // What every product checks before it launches anything.
-// A stacked matrix's weights are Q's alone (its n_out spans K and V): only its prompt product, from its image, reads it.
+// A stacked matrix's weights are Q's alone (its n_out spans K and V): only its prompt product, from its image, reads
+// it.
 static void check_product(const DeviceMatrix& w, const float* x, bool stacked_ok = false) {
   if (w.f16_seg[0] != 0 && !stacked_ok)
     throw std::logic_error("gemv: a stacked prompt matrix is read by gemv_prompt from its image only");
@@ -170,6 +171,18 @@ void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const
   if (!weight_kernels_float(w, x, n_rows, y, residual, nullptr, nullptr, ctl))
     weight_kernels_quant(w, x, n_rows, y, residual, nullptr, nullptr, ctl);
   check(cudaGetLastError(), "gemv launch");
+}
+
+bool gemv_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows,
+                const SplitX& pre, const RopeKv& rope) {
+  for (int i = 0; i < count; ++i) check_product(*ws[i], x);
+  if (rope.on && (count != 3 || rope.head_dim <= 0 || rope.half < 0 || 2 * rope.half > rope.head_dim ||
+                  ws[0]->n_out % rope.head_dim != 0 || ws[1]->n_out != rope.kv_row || ws[2]->n_out != rope.kv_row ||
+                  rope.kv_row % rope.head_dim != 0 || rope.head_dim % 2 != 0))
+    throw std::runtime_error("gemv_group: RoPE needs Q, K and V of whole even heads, K and V one KV row each");
+  if (!mma_group(ws, ys, count, x, n_rows, active_control(), pre, rope)) return false;
+  check(cudaGetLastError(), "gemv_group launch");
+  return true;
 }
 
 bool gemv_prompt_takes(const DeviceMatrix& w) { return f16_takes(w); }

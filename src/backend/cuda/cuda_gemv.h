@@ -61,6 +61,22 @@ struct SplitX {
 };
 void gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual = nullptr,
           const SplitX& pre = {});
+// rope_store's work for one row of Q, K and V (cuda_ops.h): NORM pairs only; the row's angles, page and position.
+struct RopeKv {
+  bool on = false;
+  int head_dim = 0, half = 0, kv_row = 0;
+  const float *cos = nullptr, *sin = nullptr;
+  const int32_t *pos = nullptr, *row_seq = nullptr, *page_table = nullptr;
+  int64_t max_pages = 0;
+  float* base = nullptr;
+  int64_t page_floats = 0, layer_offset = 0, page_size = 0;
+};
+// ys[i] = ws[i] x for one row, 2 or 3 tensor-core matrices of one n_in (Q, K, V) in one launch, each output the bits
+// gemv gives it. False, launching nothing, where they cannot share one: not one row, a staged x, mixed lengths, more
+// than two formats (or two other than Q4_K and Q6_K), or TF_MMA_GROUP=0. With rope.on (Q, K, V of whole heads), Q is
+// written rotated to ys[0] and K rotated and V into the row's page, as rope_store would (ys[1], ys[2] unwritten).
+bool gemv_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows,
+                const SplitX& pre = {}, const RopeKv& rope = {});
 // Prompt rows' products (f16_prompt.cuh): row-invariant but not gemv's bits, so only prompt rows may take them.
 bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, on compute capability 9.0
 // staged: x's image comes from gemv_prompt_stage, with only staged prompt products since (they may run side by side).

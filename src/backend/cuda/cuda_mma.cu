@@ -19,6 +19,7 @@ namespace tf::cuda {
 
 bool mma_kernels_a(const MmaArgs& a);
 bool mma_kernels_b(const MmaArgs& a);
+bool mma_kernels_group(const MmaGroup& g, GgmlType a, GgmlType b);
 
 namespace {
 
@@ -56,7 +57,7 @@ __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices,
 
 void* g_scratch = nullptr;
 size_t g_scratch_bytes = 0;
-uint64_t g_epoch = 0;  // see mma_scratch_epoch
+uint64_t g_epoch = 0;       // see mma_scratch_epoch
 uint64_t g_generation = 0;  // bumped whenever the scratch moves, so graphs that captured it can be dropped
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -65,6 +66,15 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 bool split_forced() {
   static const bool forced = env_switch("TF_MMA_SPLIT", 2, "1 keeps few-row products on the split kernels") == 1;
   return forced;
+}
+
+// TF_MMA_GROUP=0 runs one-row Q, K and V as three launches, 1 in one launch but leaves RoPE and the KV store to
+// rope_store (benchmarks compare all three; the bits are the same).
+int group_mode() {
+  static const int mode = env_switch("TF_MMA_GROUP", 3,
+                                     "0 runs one-row Q, K and V as separate launches, 1 leaves "
+                                     "their RoPE to its own kernel");
+  return mode < 0 ? 2 : mode;
 }
 
 std::atomic<int> g_wgmma{-1};  // 1: many rows on warpgroup mma where the device runs it; 0 never; -1 not read yet
@@ -84,7 +94,9 @@ std::atomic<int64_t> g_wgmma_launches{0};
 
 void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
 int mma_wgmma_mode() { return wgmma_mode(); }
-void mma_read_switches() { split_forced(), wgmma_mode(), f16_enabled(), f16_image_mode(), f16_image_width_mode(); }
+void mma_read_switches() {
+  split_forced(), group_mode(), wgmma_mode(), f16_enabled(), f16_image_mode(), f16_image_width_mode();
+}
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
 bool mma_wgmma_device() {
@@ -185,8 +197,9 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
     const Staged& s = g_staged;
     if (!wg || pre.xs != s.xs || w.n_in != s.n_in || n_rows != s.n_rows || w.slices != s.slices ||
         s.generation != g_generation || scratch_bytes(w, n_rows, true) > g_scratch_bytes)
-      throw std::logic_error("CUDA products: a staged product must follow gemv_stage of its activations, with only "
-                             "staged products between");
+      throw std::logic_error(
+          "CUDA products: a staged product must follow gemv_stage of its activations, with only "
+          "staged products between");
   } else {
     g_staged = {};  // this call may overwrite the image
     g_epoch += 1;
@@ -225,6 +238,46 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
     // Small blocks spread a decode row's few thousand outputs over more multiprocessors.
     launch_k(mma_reduce_kernel, unsigned((n + 63) / 64), 64, 0, part, w.slices, n, y, residual);
   }
+}
+
+bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows, int ctl,
+               const SplitX& pre, const RopeKv& rope) {
+  if (n_rows != 1 || count < 2 || count > kMmaGroupMax || pre.staged || group_mode() == 0) return false;
+  if (rope.on && group_mode() == 1) return false;
+  GgmlType other = ws[0]->type;
+  int64_t blocks = 0;
+  MmaGroup g{};
+  g.count = count;
+  g.rope = rope;
+  for (int i = 0; i < count; ++i) {
+    const DeviceMatrix& w = *ws[i];
+    if (!w.mma || w.n_in != ws[0]->n_in || w.slices != ws[0]->slices) return false;
+    if (w.type != ws[0]->type) {
+      if (other != ws[0]->type && w.type != other) return false;  // a third format
+      other = w.type;
+    }
+    blocks += (w.n_out + 15) / 16;
+    g.end[i] = blocks;
+  }
+  if (blocks > 65535) return false;
+  const uint4* xs = static_cast<const uint4*>(pre.xs);
+  const float* xsum = pre.xsum;
+  if (!xs) {  // split here, as mma_gemv would: the scratch holds x's fragments and column sums
+    g_staged = {};
+    g_epoch += 1;
+    const int64_t n_in = ws[0]->n_in;
+    mma_reserve(align256(size_t(n_in) * 4) + align256(size_t(n_in / 32) * 4));
+    auto* base = static_cast<uint8_t*>(g_scratch);
+    auto* sx = reinterpret_cast<uint4*>(base);
+    auto* ss = reinterpret_cast<float*>(base + align256(size_t(n_in) * 4));
+    launch_k(mma_split_x_kernel, unsigned((n_in / 32 + 127) / 128), 128, 0, x, n_in, int64_t(1), sx, ss, ctl);
+    xs = sx, xsum = ss;
+  }
+  for (int i = 0; i < count; ++i) {
+    g.a[i] = MmaArgs{*ws[i], xs, xsum, 1, ys[i], nullptr, nullptr, ctl};
+    g.a[i].round = int(std::min<int64_t>(ws[i]->slices, 64));  // as mma_gemv gives one row's block kernel
+  }
+  return mma_kernels_group(g, ws[0]->type, other);
 }
 
 }  // namespace tf::cuda

@@ -14,6 +14,10 @@ uint64_t mma_scratch_generation();
 // With `defer`, a split product's partials are left (in buf, or the scratch) and described there instead of added.
 void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, int ctl,
               const SplitX& pre, Partials* defer = nullptr, float* buf = nullptr);
+// One row's products of one x (pre's split, else split here) in one launch; false, launching nothing, where not
+// possible.
+bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows, int ctl,
+               const SplitX& pre, const RopeKv& rope);
 // x's warpgroup-mma image into the scratch once, for products of n_in columns with pre.staged (gemv_stage).
 bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
@@ -49,7 +53,7 @@ void f16_set_image_mode(int mode);
 void f16_image(DeviceMatrix& w, void* dst, int ctl);
 // Outputs a block of the image of an n_out-output matrix: TF_CUDA_IMAGE_WIDE, a test's choice, or the rule.
 int f16_image_width(int64_t n_out);
-int f16_image_width_mode();            // 128, 192, 224 or 256 when forced, -1 for the rule
+int f16_image_width_mode();           // 128, 192, 224 or 256 when forced, -1 for the rule
 void f16_set_image_width(int width);  // for tests: -1 (the rule), 128, 192, 224 or 256
 size_t f16_stack_size(const DeviceMatrix* const* ms, int count);
 size_t f16_stack_size_for(const GgmlType* types, const int64_t* n_out, int count, int64_t n_in);

@@ -182,16 +182,16 @@ __global__ void __launch_bounds__(128, NT == 1 ? 4 : 1) mma_split_kernel(MmaArgs
 }
 
 // Few rows, a block per MT output tiles: warp w takes slices w, w+8, ... of a round and parks each slice's partial
-// in shared memory, then the block adds them in slice order: the split kernel's sums without a second kernel.
-template <int kType, int MT, int NT, bool kOne = false>
-__global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
-  grid_wait();
-  extern __shared__ float sm_part[];  // [round][E]: lane-major, so a warp's stores and the adds hit 32 banks
-  constexpr int E = MT * NT * 4 * 32, Q = (E + 255) / 256;
+// in shared memory ([round][E], lane-major so a warp's stores and the adds hit 32 banks), then the block adds them in
+// slice order: the split kernel's sums without a second kernel. Thread i holds element i + 256 q in tot[q].
+template <int MT, int NT>
+constexpr int kMmaBlockQ = (MT * NT * 4 * 32 + 255) / 256;
+template <int kType, int MT, int NT, bool kOne>
+__device__ __forceinline__ void mma_block_sum(const MmaArgs& A, int64_t tile0, float* sm_part,
+                                              float (&tot)[kMmaBlockQ<MT, NT>]) {
+  constexpr int E = MT * NT * 4 * 32, Q = kMmaBlockQ<MT, NT>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
-  const int64_t tile0 = int64_t(blockIdx.x) * MT;
-  float tot[Q];
   for (int r0 = 0; r0 < A.w.slices; r0 += A.round) {
     const int rn = A.w.slices - r0 < A.round ? A.w.slices - r0 : A.round;
     for (int j = warp; j < rn; j += 8) {
@@ -216,17 +216,49 @@ __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
     }
     __syncthreads();
   }
+}
+// Where element i of a block's tiles lands: output o of row `row`.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_block_at(int i, int64_t tile0, int64_t& o, int64_t& row) {
+  const int ln = i & 31, k = i >> 5, e = k & 3, nt = (k >> 2) % NT, mt = (k >> 2) / NT;
+  o = (tile0 + mt) * 16 + (ln >> 2) + 8 * (e >> 1), row = nt * 8 + 2 * (ln & 3) + (e & 1);
+}
+template <int MT, int NT>
+__device__ __forceinline__ void mma_block_store(const MmaArgs& A, int64_t tile0,
+                                                const float (&tot)[kMmaBlockQ<MT, NT>]) {
+  constexpr int E = MT * NT * 4 * 32;
 #pragma unroll
-  for (int q = 0; q < Q; ++q) {
+  for (int q = 0; q < kMmaBlockQ<MT, NT>; ++q) {
     const int i = int(threadIdx.x) + 256 * q;
     if (i >= E) continue;
-    const int ln = i & 31, k = i >> 5, e = k & 3, nt = (k >> 2) % NT, mt = (k >> 2) / NT;
-    const int64_t o = (tile0 + mt) * 16 + (ln >> 2) + 8 * (e >> 1), row = nt * 8 + 2 * (ln & 3) + (e & 1);
+    int64_t o, row;
+    mma_block_at<MT, NT>(i, tile0, o, row);
     if (o >= A.w.n_out || row >= A.n_rows) continue;
     const int64_t at = row * A.w.n_out + o;
     A.y[at] = A.residual ? __fadd_rn(A.residual[at], tot[q]) : tot[q];
   }
 }
+
+template <int kType, int MT, int NT, bool kOne = false>
+__global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
+  grid_wait();
+  extern __shared__ float sm_part[];
+  const int64_t tile0 = int64_t(blockIdx.x) * MT;
+  float tot[kMmaBlockQ<MT, NT>];
+  mma_block_sum<kType, MT, NT, kOne>(A, tile0, sm_part, tot);
+  mma_block_store<MT, NT>(A, tile0, tot);
+}
+
+// One row's products of one split x (Q, K and V) in one launch (mma_kernels_group.cu): a block per 16 outputs of any
+// of them, summed as mma_block_kernel sums one row. `end`: blocks through product i. With rope.on, products 0, 1, 2
+// are Q, K and V, and the blocks do rope_store's work on them.
+constexpr int kMmaGroupMax = 3;
+struct MmaGroup {
+  MmaArgs a[kMmaGroupMax];
+  int64_t end[kMmaGroupMax];
+  int count;
+  RopeKv rope;
+};
 
 // Many rows: a block of 2 x 2 warps, each MT x NT tiles, every slice in order with the running total in registers.
 template <int kType, int MT, int NT>

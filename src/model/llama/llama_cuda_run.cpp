@@ -180,6 +180,20 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       cuda::rmsnorm(x_, Ly.attn_norm, n, E, c.rms_eps, h_, pre_e.xs, pre_e.xsum);
     // One stacked [Q | K | V] product, or three whose K and V may stay partials for rope_store to add.
     int64_t q_stride = Dq;
+    const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
+    // One row: Q, K and V in one launch (the launches between them were most of K's and V's time), with RoPE and the
+    // KV store in it where pairs are adjacent.
+    bool roped = false;
+    auto group_qkv = [&] {
+      if (Ly.bq || Ly.bk || Ly.bv || fp(Ly.wq) || fp(Ly.wk) || fp(Ly.wv)) return false;
+      const cuda::DeviceMatrix* w[3] = {&Ly.wq, &Ly.wk, &Ly.wv};
+      float* y[3] = {q_, k_, v_};
+      const cuda::RopeKv rk{true,     int(D),      int(c.n_rot / 2), int(Dkv),   L.cos(d),
+                            L.sin(d), L.pos(d),    L.row_seq(d),     L.table(d), width,
+                            kv_,      page_floats, layer_offset,     page_size_};
+      if (!neox && c.n_rot % 2 == 0 && cuda::gemv_group(w, y, 3, h_, n, pre_e, rk)) return roped = true;
+      return cuda::gemv_group(w, y, 3, h_, n, pre_e);
+    };
     cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
     if (Ly.fused_qkv) {
       prod(Ly.wq, h_, n, q_, nullptr, pre_e);
@@ -213,6 +227,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       staged(Ly.wq, q_);
       qkv_join.on = false;
       TF_CHECK(cuda::side_join(), "CUDA refused to join the K and V products' stream");
+    } else if (group_qkv()) {
+      // K and V written whole (or already in the page): nothing for rope_store to add
     } else {
       prod(Ly.wq, h_, n, q_, nullptr, pre_e);
       if (Ly.bk || Ly.bv || fp(Ly.wk) || fp(Ly.wv)) {  // a bias comes after the slices are added
@@ -235,9 +251,9 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       pull(Ly.wo);
       pull(Ly.gate, 0.5);
     }
-    const int64_t layer_offset = 2 * il * page_size_ * kv_row_;
-    cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
-                     L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
+    if (!roped)
+      cuda::rope_store(q_, q_stride, c.n_head, ks, vs, n, D, c.n_rot, L.cos(d), L.sin(d), neox, L.pos(d), L.row_seq(d),
+                       L.table(d), width, kv_, page_floats, layer_offset, page_size_, kv_row_);
     cuda::PagedKv kv{kv_, page_floats, layer_offset, page_size_, kv_row_, L.table(d), width};
     // One attention kernel per row kind, whatever the row count, so a row's bits never depend on its round.
     cuda::SplitX pre_o;
