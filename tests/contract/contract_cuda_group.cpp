@@ -11,26 +11,12 @@
 
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_ops.h"
+#include "cuda_buf.h"
 #include "harness.h"
 
 namespace tf::contract {
 std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out);
 namespace {
-
-struct Mem {  // kept in deques: never copied, so freed once
-  void* p;
-  explicit Mem(size_t n) : p(cuda::device_alloc(n)) {}
-  Mem(const Mem&) = delete;
-  Mem& operator=(const Mem&) = delete;
-  ~Mem() { cuda::device_free(p); }
-  float* f() const { return static_cast<float*>(p); }
-};
-
-std::vector<float> to_host(const void* p, size_t n) {
-  std::vector<float> h(n);
-  cuda::copy_to_host(h.data(), p, n * 4);
-  return h;
-}
 
 struct GroupCase {
   int64_t n_in;
@@ -101,6 +87,19 @@ std::string check_case(const GroupCase& c, std::mt19937& rng) {
   return {};
 }
 
+// Three random matrices of one n_in uploaded (their device memory in dw); returns their host bytes.
+std::vector<std::vector<uint8_t>> upload3(const std::array<GgmlType, 3>& types, int64_t n_in,
+                                          const std::array<int64_t, 3>& n_out, std::mt19937& rng, std::deque<Mem>& dw,
+                                          std::vector<cuda::DeviceMatrix>& ms) {
+  std::vector<std::vector<uint8_t>> wb;
+  for (size_t i = 0; i < 3; ++i) {
+    wb.push_back(random_weight(types[i], n_in, n_out[i], rng));
+    dw.emplace_back(cuda::device_matrix_bytes(types[i], n_in, n_out[i]));
+    ms.push_back(cuda::upload_matrix(types[i], wb[i].data(), n_in, n_out[i], dw.back().p));
+  }
+  return wb;
+}
+
 // x split by its producer (RMSNorm's split output), as the model passes it: the same bits as gemv of the norm's output.
 std::string check_split_producer(std::mt19937& rng) {
   const int64_t n_in = 512;
@@ -115,10 +114,8 @@ std::string check_split_producer(std::mt19937& rng) {
   cuda::rmsnorm(dx.f(), dn.f(), 1, n_in, 1e-5f, dh.f(), xs.p, xsum.f());
   std::vector<const cuda::DeviceMatrix*> ws;
   std::vector<float*> ys;
+  upload3(types, n_in, n_out, rng, dw, ms);
   for (size_t i = 0; i < 3; ++i) {
-    const auto wb = random_weight(types[i], n_in, n_out[i], rng);
-    dw.emplace_back(cuda::device_matrix_bytes(types[i], n_in, n_out[i]));
-    ms.push_back(cuda::upload_matrix(types[i], wb.data(), n_in, n_out[i], dw.back().p));
     dy.emplace_back(size_t(n_out[i]) * 4), dr.emplace_back(size_t(n_out[i]) * 4);
     cuda::gemv(ms[i], dh.f(), 1, dr.back().f());
   }
@@ -164,12 +161,8 @@ std::string check_rope(std::mt19937& rng, int n_rot) {
   std::vector<cuda::DeviceMatrix> ms;
   std::vector<const cuda::DeviceMatrix*> ws;
   std::vector<float*> ys;
-  for (size_t i = 0; i < 3; ++i) {
-    const auto wb = random_weight(types[i], n_in, n_out[i], rng);
-    dw.emplace_back(cuda::device_matrix_bytes(types[i], n_in, n_out[i]));
-    ms.push_back(cuda::upload_matrix(types[i], wb.data(), n_in, n_out[i], dw.back().p));
-    dy.emplace_back(size_t(n_out[i]) * 4);
-  }
+  upload3(types, n_in, n_out, rng, dw, ms);
+  for (size_t i = 0; i < 3; ++i) dy.emplace_back(size_t(n_out[i]) * 4);
   for (size_t i = 0; i < 3; ++i) ws.push_back(&ms[i]), ys.push_back(dy[i].f());
   const auto x = random_floats(size_t(n_in), rng), cs = random_floats(size_t(half), rng),
              sn = random_floats(size_t(half), rng), pool0 = random_floats(size_t(pool), rng);

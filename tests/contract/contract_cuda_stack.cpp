@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -13,24 +14,12 @@
 #include "backend/cuda/cuda_gemv.h"
 #include "backend/cuda/cuda_mma.h"
 #include "base/scalar.h"
+#include "cuda_buf.h"
 #include "harness.h"
 
 namespace tf::contract {
 std::vector<float> prompt_plain(const cuda::DeviceMatrix& m, const float* dx, int64_t rows);
 namespace {
-
-struct Mem {
-  void* p;
-  explicit Mem(size_t n) : p(cuda::device_alloc(n)) {}
-  ~Mem() { cuda::device_free(p); }
-  float* f() const { return static_cast<float*>(p); }
-};
-
-std::vector<float> to_host(const void* p, size_t n) {
-  std::vector<float> h(n);
-  cuda::copy_to_host(h.data(), p, n * 4);
-  return h;
-}
 
 std::string refusals(const cuda::DeviceMatrix& s, const std::vector<cuda::DeviceMatrix>& ms, void* img);
 
@@ -50,9 +39,8 @@ std::string check_case(const StackCase& c, std::mt19937& rng) {
     ~Keep() { cuda::set_prompt_image_width(before); }
   } keep{before};
   std::vector<std::vector<uint8_t>> wb;
-  std::vector<Mem> dw;
+  std::deque<Mem> dw;
   std::vector<cuda::DeviceMatrix> ms;
-  dw.reserve(c.types.size());
   for (size_t i = 0; i < c.types.size(); ++i) {
     wb.push_back(random_weight(c.types[i], c.n_in, c.n_out[i], rng));
     if (i == 1)  // the second matrix 8x larger, so that its power of two is not its neighbours'

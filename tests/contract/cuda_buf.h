@@ -1,5 +1,6 @@
 #pragma once
 // A device copy of a host vector for the CUDA contract checks, freed with the object.
+#include <cstddef>
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
@@ -20,5 +21,21 @@ struct Buf {
     return h;
   }
 };
+
+// Raw device memory freed with the object; never copied (keep several in a deque), so freed once.
+struct Mem {
+  void* p;
+  explicit Mem(size_t n) : p(cuda::device_alloc(n)) {}
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+  ~Mem() { cuda::device_free(p); }
+  float* f() const { return static_cast<float*>(p); }
+};
+
+inline std::vector<float> to_host(const void* p, size_t n) {
+  std::vector<float> h(n);
+  cuda::copy_to_host(h.data(), p, n * 4);
+  return h;
+}
 
 }  // namespace tf::contract
