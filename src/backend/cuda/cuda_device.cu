@@ -88,7 +88,8 @@ static int prefetch_switch() {
   static const int m = env_switch("TF_CUDA_PREFETCH", 2, "0 turns the L2 weight prefetch off");
   return m;
 }
-int prefetch_mode() { return prefetch_switch() < 0 ? 1 : prefetch_switch(); }
+// Unset: pulls only where products wait before their first weight loads (with them, pulls took DRAM from the products).
+int prefetch_mode() { return prefetch_switch() >= 0 ? prefetch_switch() : mma_prewait() ? 0 : 1; }
 
 void read_switches() {
   attention_read_switches();

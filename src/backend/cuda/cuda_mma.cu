@@ -70,11 +70,24 @@ bool split_forced() {
 
 // TF_MMA_GROUP=0 runs one-row Q, K and V as three launches, 2 also does their RoPE and KV store in that launch
 // (slower than rope_store beside it); the default, 1, is the one launch alone. All three give the same bits.
+std::atomic<int> g_group{-1};  // -1: not read yet
 int group_mode() {
-  static const int mode = env_switch("TF_MMA_GROUP", 3,
-                                     "0 runs one-row Q, K and V as separate launches, 2 also does their RoPE in "
-                                     "that launch");
-  return mode < 0 ? 1 : mode;
+  int m = g_group.load();
+  if (m < 0) {
+    m = env_switch("TF_MMA_GROUP", 3,
+                   "0 runs one-row Q, K and V as separate launches, 2 also does their RoPE in that launch");
+    m = m < 0 ? 1 : m;
+    int unread = -1;
+    if (!g_group.compare_exchange_strong(unread, m)) m = unread;  // mma_set_group came first
+  }
+  return m;
+}
+
+// TF_MMA_PREWAIT=0 makes few-row products wait on the kernel before them before their first weight load.
+bool prewait_on() {
+  static const bool on =
+      env_switch("TF_MMA_PREWAIT", 2, "0 waits on the previous kernel before a product's first weight load") != 0;
+  return on;
 }
 
 std::atomic<int> g_wgmma{-1};  // 1: many rows on warpgroup mma where the device runs it; 0 never; -1 not read yet
@@ -93,9 +106,12 @@ std::atomic<int64_t> g_wgmma_launches{0};
 }  // namespace
 
 void mma_set_wgmma(int mode) { g_wgmma.store(mode); }
+bool mma_prewait() { return prewait_on(); }
+void mma_set_group(int mode) { g_group.store(mode); }
+int mma_group_mode() { return group_mode(); }
 int mma_wgmma_mode() { return wgmma_mode(); }
 void mma_read_switches() {
-  split_forced(), group_mode(), wgmma_mode(), f16_enabled(), f16_image_mode(), f16_image_width_mode();
+  split_forced(), group_mode(), prewait_on(), wgmma_mode(), f16_enabled(), f16_image_mode(), f16_image_width_mode();
 }
 int64_t mma_wgmma_launches() { return g_wgmma_launches.load(); }
 void mma_note_wgmma_launch() { g_wgmma_launches.fetch_add(1); }
@@ -225,6 +241,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   const bool split = few && !block;
   if (split && defer && buf) part = buf;
   MmaArgs a{w, xs, xsum, int(n_rows), y, residual, split ? part : nullptr, ctl};
+  a.prewait = few && prewait_on();
   if (block) a.round = int(std::min<int64_t>(w.slices, 64 / nt));  // at most 32 KB of partials per block
   if (wg) {  // after xs and xsum (no partials with many rows); the stage kernel fills it, or mma_stage did
     wg_image(a, w.n_in, n_rows);
@@ -276,6 +293,7 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
   for (int i = 0; i < count; ++i) {
     g.a[i] = MmaArgs{*ws[i], xs, xsum, 1, ys[i], nullptr, nullptr, ctl};
     g.a[i].round = int(std::min<int64_t>(ws[i]->slices, 64));  // as mma_gemv gives one row's block kernel
+    g.a[i].prewait = prewait_on();
   }
   return mma_kernels_group(g, ws[0]->type, other);
 }

@@ -18,6 +18,13 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
 // possible.
 bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows, int ctl,
                const SplitX& pre, const RopeKv& rope);
+// Whether few-row products issue their first weight loads before waiting on the kernel before them (PDL): on unless
+// TF_MMA_PREWAIT=0. The same bits either way.
+bool mma_prewait();
+// One-row Q, K and V (mma_group): 0 as separate launches, 1 one launch (default), 2 with RoPE and the KV store in it
+// (TF_MMA_GROUP or mma_set_group). All give the same bits; the contract runs 1 and 2.
+void mma_set_group(int mode);
+int mma_group_mode();
 // x's warpgroup-mma image into the scratch once, for products of n_in columns with pre.staged (gemv_stage).
 bool mma_stage(const DeviceMatrix& w, int64_t n_rows, const SplitX& pre, int ctl);
 int64_t mma_partial_floats(const DeviceMatrix& w, int64_t n_rows);
@@ -26,7 +33,7 @@ int64_t mma_split_rows();
 // Either kernel gives the same bits; the contract runs both.
 void mma_set_wgmma(int mode);
 int mma_wgmma_mode();
-// Reads TF_MMA_SPLIT and TF_MMA_WGMMA now, so a bad value is refused at startup (tf::Error).
+// Reads TF_MMA_SPLIT, TF_MMA_GROUP, TF_MMA_PREWAIT and TF_MMA_WGMMA now, so a bad value is refused at startup (tf::Error).
 void mma_read_switches();
 int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this process
 bool mma_wgmma_device();       // whether this device runs the warpgroup-mma build

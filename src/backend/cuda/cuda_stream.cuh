@@ -21,7 +21,8 @@ const LaunchDevice& launch_device();
 // Programmatic dependent launch, unless TF_CUDA_PDL=0 or the loaded kernels lack grid_wait's instruction.
 bool pdl_on();
 
-// First statement of every kernel: wait for the kernels before it, then let the next one be scheduled.
+// Waits for the kernels before, then lets the next one be scheduled: first statement of every kernel, or after loads
+// of what no kernel writes. ptxas moves ld.global.nc (__ldg) above it, so what comes after it is read by other loads.
 __device__ __forceinline__ void grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

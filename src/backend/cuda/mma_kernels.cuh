@@ -44,7 +44,8 @@ struct MmaArgs {
   int round = 0;          // mma_block_kernel: slices parked in shared memory per round
   uint8_t* xw = nullptr;  // set when mma_gemv chose warpgroup mma: x in the blocks' shared-memory image
   float* xsw = nullptr;
-  bool staged = false;  // xw already holds x's image (mma_stage), so the product launches no stage kernel
+  bool staged = false;   // xw already holds x's image (mma_stage), so the product launches no stage kernel
+  bool prewait = false;  // few-row kernels issue their first weight loads before waiting on the kernel before them
 };
 
 // Units a warp of one 16 x 8 tile loads before its first mma; larger tiles keep their registers for accumulators.
@@ -56,9 +57,10 @@ constexpr int mma_ahead() {
 // One slice of MT 16-output tiles x NT 8-row tiles into p (per lane: outputs g, g+8 x rows 2t, 2t+1 of each tile).
 // Reads past the last tile or row are clamped (never stored); kOne skips odd rows' scale steps (row 0 is kept).
 // PF 4: units past a short slice rerun unit 0 unadded, so no branch lets ptxas defer the loads to their use.
+// wait: run grid_wait once the weights' first loads are issued (weights never depend on the kernels before).
 template <int kType, int MT, int NT, bool kOne = false, int PF = mma_ahead<kType, MT, NT>()>
-__device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0,
-                                          float (&p)[MT][NT][4]) {
+__device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int sl, int64_t row0, float (&p)[MT][NT][4],
+                                          bool wait = false) {
   using F = MmaF<kType>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   [[maybe_unused]] const int ctl = A.ctl;
@@ -78,6 +80,15 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
       for (int k = 0; k < F::kMeta; ++k) meta[mt][hr][k] = __ldg(m + 8 * hr * F::kMeta + k);
   }
+  mma_zero(p);
+  typename F::Raw ahead[PF][MT];
+#pragma unroll
+  for (int k = 0; k < PF; ++k)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ahead[k][mt] = F::load(w.q, w.h, at[mt] + (k < nk ? k : 0) * 32);
+  if (wait) grid_wait();
+  const uint4* const xs = A.xs;  // from the kernels before: read by __ldcg, which ptxas keeps after the wait
+  const float* const xsum0 = A.xsum;
   const uint4* xb[NT];  // row g of each row tile, at the slice's first step
   const float* xsp[NT][2];
   [[maybe_unused]] bool has_left[NT];  // a row above to read, for the planted neighbour read
@@ -85,20 +96,12 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
   for (int nt = 0; nt < NT; ++nt) {
     const int64_t r = row0 + nt * 8 + g < A.n_rows ? row0 + nt * 8 + g : A.n_rows - 1;
     has_left[nt] = r > 0;
-    xb[nt] = A.xs + (r * steps + int64_t(sl) * 16) * 4 + t;
+    xb[nt] = xs + (r * steps + int64_t(sl) * 16) * 4 + t;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int64_t rs = row0 + nt * 8 + 2 * t + e;
-      xsp[nt][e] = A.xsum + (rs < A.n_rows ? rs : A.n_rows - 1) * groups32 + int64_t(sl) * 8;
+      xsp[nt][e] = xsum0 + (rs < A.n_rows ? rs : A.n_rows - 1) * groups32 + int64_t(sl) * 8;
     }
-  }
-  mma_zero(p);
-  typename F::Raw ahead[PF][MT];
-  if constexpr (PF == 4) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ahead[k][mt] = F::load(w.q, w.h, at[mt] + (k < nk ? k : 0) * 32);
   }
 #pragma unroll
   for (int kb = 0; kb < 4; ++kb) {
@@ -107,7 +110,8 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
     const int ku = live ? kb : 0;
     typename F::Raw raw[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) raw[mt] = PF == 4 ? ahead[kb % PF][mt] : F::load(w.q, w.h, at[mt] + kb * 32);
+    for (int mt = 0; mt < MT; ++mt)
+      raw[mt] = PF == 4 || kb == 0 ? ahead[kb % PF][mt] : F::load(w.q, w.h, at[mt] + kb * 32);
     float c[MT][NT][4];
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
@@ -120,7 +124,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
         const uint4* src = xb[nt] + (ku * 4 + st) * 4;
         if (TF_MCTL(102) && has_left[nt] && sl == 0 && kb == 0 && st < 2)
           src -= steps * 4;  // planted: a row reads its neighbour's activations
-        const uint4 b = __ldg(src);
+        const uint4 b = __ldcg(src);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           if (first)
@@ -137,7 +141,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) xsum[nt][e] = kOne && e == 1 ? 0.0f : __ldg(xsp[nt][e] + j);
+            for (int e = 0; e < 2; ++e) xsum[nt][e] = kOne && e == 1 ? 0.0f : __ldcg(xsp[nt][e] + j);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -164,12 +168,12 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 // Few rows: a warp per (MT x 16 outputs, slice), partials to memory, added in slice order by mma_reduce_kernel.
 template <int kType, int MT, int NT, bool kOne = false>
 __global__ void __launch_bounds__(128, NT == 1 ? 4 : 1) mma_split_kernel(MmaArgs A) {
-  grid_wait();
+  if (!A.prewait) grid_wait();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t tile0 = (int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5)) * MT, sl = blockIdx.y;
   if (tile0 >= (A.w.n_out + 15) / 16) return;
   float p[MT][NT][4];
-  mma_slice<kType, MT, NT, kOne>(A, tile0, int(sl), 0, p);
+  mma_slice<kType, MT, NT, kOne>(A, tile0, int(sl), 0, p, A.prewait);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -192,11 +196,12 @@ __device__ __forceinline__ void mma_block_sum(const MmaArgs& A, int64_t tile0, f
   constexpr int E = MT * NT * 4 * 32, Q = kMmaBlockQ<MT, NT>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   [[maybe_unused]] const int ctl = A.ctl;
+  if (A.prewait && warp >= (A.w.slices < A.round ? A.w.slices : A.round)) grid_wait();  // a warp with no slice
   for (int r0 = 0; r0 < A.w.slices; r0 += A.round) {
     const int rn = A.w.slices - r0 < A.round ? A.w.slices - r0 : A.round;
     for (int j = warp; j < rn; j += 8) {
       float p[MT][NT][4];
-      mma_slice<kType, MT, NT, kOne>(A, tile0, r0 + j, 0, p);
+      mma_slice<kType, MT, NT, kOne>(A, tile0, r0 + j, 0, p, A.prewait && r0 + j == warp);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -241,7 +246,7 @@ __device__ __forceinline__ void mma_block_store(const MmaArgs& A, int64_t tile0,
 
 template <int kType, int MT, int NT, bool kOne = false>
 __global__ void __launch_bounds__(256, 2) mma_block_kernel(MmaArgs A) {
-  grid_wait();
+  if (!A.prewait) grid_wait();
   extern __shared__ float sm_part[];
   const int64_t tile0 = int64_t(blockIdx.x) * MT;
   float tot[kMmaBlockQ<MT, NT>];

@@ -38,7 +38,7 @@ __device__ __forceinline__ void group_rope_store(const MmaGroup& G, int i, int64
 // A block per 16 outputs of any of the group's products (formats TA or TB), one row.
 template <int TA, int TB, bool kRope>
 __global__ void __launch_bounds__(256, 2) mma_group_kernel(MmaGroup G) {
-  grid_wait();
+  if (!G.a[0].prewait) grid_wait();
   extern __shared__ float sm_part[];
   [[maybe_unused]] const int ctl = G.a[0].ctl;
   const int64_t b = blockIdx.x, join = TF_MCTL(177) ? 1 : 0;  // planted: a join's first block counted to the one before
