@@ -52,8 +52,8 @@ struct SideLaunches {  // between side_fork and side_join: this thread's kernel 
 // only with TF_MMA_PREWAIT=0.
 int prefetch_mode();
 
-// Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL, TF_CUDA_PREFETCH, TF_MMA_PREWAIT and TF_CUDA_PROMPT_F16 now (no
-// device work): tf::Error names a bad value.
+// Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL, TF_CUDA_PREFETCH, TF_MMA_PREWAIT and TF_CUDA_PROMPT_F16
+// now (no device work): tf::Error names a bad value.
 void read_switches();
 
 // Median device-to-device copy rate over a 2 GiB buffer, bytes read plus written per second.

@@ -33,7 +33,8 @@ int64_t mma_split_rows();
 // Either kernel gives the same bits; the contract runs both.
 void mma_set_wgmma(int mode);
 int mma_wgmma_mode();
-// Reads TF_MMA_SPLIT, TF_MMA_GROUP, TF_MMA_PREWAIT and TF_MMA_WGMMA now, so a bad value is refused at startup (tf::Error).
+// Reads TF_MMA_SPLIT, TF_MMA_GROUP, TF_MMA_PREWAIT and TF_MMA_WGMMA now, so a bad value is refused at startup
+// (tf::Error).
 void mma_read_switches();
 int64_t mma_wgmma_launches();  // warpgroup-mma products launched so far in this process
 bool mma_wgmma_device();       // whether this device runs the warpgroup-mma build
