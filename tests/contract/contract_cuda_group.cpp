@@ -148,6 +148,55 @@ std::string check_split_producer(std::mt19937& rng) {
   return {};
 }
 
+// Products whose x comes from a producer still running (PDL): the one-row and few-row kernels issue their weight
+// loads before griddepcontrol.wait, and must read x only after it. A kernel that idles first copies x's image in.
+std::string check_late_producer(std::mt19937& rng) {
+  const int64_t n_in = 512;
+  const std::array<GgmlType, 3> types = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K};
+  const std::array<int64_t, 3> n_out = {2048, 512, 512};  // 128 tiles: a block per tile; 32: the split kernel
+  std::deque<Mem> dw;
+  std::vector<cuda::DeviceMatrix> ms;
+  upload3(types, n_in, n_out, rng, dw, ms);
+  for (int64_t rows : {1, 3}) {
+    const size_t xs_bytes = size_t(rows * n_in) * 4, bytes = xs_bytes + size_t(rows * (n_in / 32)) * 4;
+    const auto x = random_floats(size_t(rows * n_in), rng), nw = random_floats(size_t(n_in), rng),
+               stale = random_floats(bytes / 4, rng);
+    Mem dx{xs_bytes}, dn{size_t(n_in) * 4}, dh{xs_bytes}, ready{bytes}, late{bytes};
+    cuda::copy_to_device(dx.p, x.data(), xs_bytes), cuda::copy_to_device(dn.p, nw.data(), nw.size() * 4);
+    auto xsum_of = [&](const Mem& m) { return reinterpret_cast<float*>(static_cast<uint8_t*>(m.p) + xs_bytes); };
+    cuda::rmsnorm(dx.f(), dn.f(), rows, n_in, 1e-5f, dh.f(), ready.p, xsum_of(ready));
+    const cuda::SplitX pre{late.p, xsum_of(late)};
+    std::deque<Mem> want, got;
+    std::vector<float*> ys;
+    for (size_t i = 0; i < 3; ++i) {
+      const size_t n = size_t(rows * n_out[i]);
+      want.emplace_back(n * 4), got.emplace_back(n * 4), ys.push_back(got.back().f());
+      cuda::gemv(ms[i], dh.f(), rows, want.back().f());
+      cuda::copy_to_device(late.p, stale.data(), bytes);
+      cuda::copy_after(late.p, ready.p, int64_t(bytes), 50000);
+      cuda::gemv(ms[i], dh.f(), rows, got.back().f(), nullptr, pre);
+    }
+    auto differs = [&](const char* what) -> std::string {
+      for (size_t i = 0; i < 3; ++i) {
+        const size_t n = size_t(rows * n_out[i]);
+        const auto g = to_host(got[i].p, n), w = to_host(want[i].p, n);
+        if (int64_t d = first_bit_difference(g.data(), w.data(), n); d >= 0)
+          return fmt::format("late producer, {} row(s), {} {}: element {} is {}, {} with x ready", rows, what, i, d,
+                             g[size_t(d)], w[size_t(d)]);
+      }
+      return {};
+    };
+    if (std::string why = differs("product"); !why.empty()) return why;
+    if (rows > 1) continue;
+    std::vector<const cuda::DeviceMatrix*> ws = {&ms[0], &ms[1], &ms[2]};
+    cuda::copy_to_device(late.p, stale.data(), bytes);
+    cuda::copy_after(late.p, ready.p, int64_t(bytes), 50000);
+    if (!cuda::gemv_group(ws.data(), ys.data(), 3, dh.f(), 1, pre)) return "late producer: group refused";
+    if (std::string why = differs("group product"); !why.empty()) return why;
+  }
+  return {};
+}
+
 // RoPE and the KV store in the group (NORM pairs): Q and the row's page slot against the group's plain outputs rotated
 // here by rope_store's float steps, the rest of the pool untouched, and bit-equal to the plain group then rope_store.
 std::string check_rope(std::mt19937& rng, int n_rot) {
@@ -241,6 +290,7 @@ std::string check_cuda_mma_group() {
   for (const GroupCase& c : cases)
     if (std::string why = check_case(c, rng); !why.empty()) return why;
   if (std::string why = check_split_producer(rng); !why.empty()) return why;
+  if (std::string why = check_late_producer(rng); !why.empty()) return why;
   for (int n_rot : {64, 32})  // whole heads rotated, and half of each (the rest stored as it is)
     if (std::string why = check_rope(rng, n_rot); !why.empty()) return why;
   return {};

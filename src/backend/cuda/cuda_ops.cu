@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
@@ -251,6 +252,21 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* idx, int64_t
   if (i < n) dst[r * n + i] = src[int64_t(TF_DCTL(181) ? idx[r] + 1 : idx[r]) * n + i];  // planted: the next row
 }
 
+__global__ void copy_after_kernel(const uint4* src, uint4* dst, int64_t n, int64_t ns) {
+  grid_wait();
+  if (threadIdx.x == 0) {
+    uint64_t t0 = 0, t = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      __nanosleep(1000);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (int64_t(t - t0) < ns);
+  }
+  __syncthreads();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
 unsigned grid(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 }  // namespace
@@ -274,6 +290,15 @@ void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n
   upload_control();
   launch_k(gather_rows_kernel, dim3(grid(n, 256), unsigned(n_rows)), 256, 0, src, idx, n, dst);
   check_launch("gather_rows");
+}
+
+void copy_after(void* dst, const void* src, int64_t bytes, int64_t ns) {
+  if (bytes % 16 != 0) throw std::runtime_error("copy_after: whole 16-byte words only");
+  const int64_t n = bytes / 16;
+  if (n == 0) return;
+  launch_k(copy_after_kernel, std::min(grid(n, 256), 64u), 256, 0, static_cast<const uint4*>(src),
+           static_cast<uint4*>(dst), n, ns);
+  check_launch("copy_after");
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, void* xs, float* xsum) {

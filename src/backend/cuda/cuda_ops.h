@@ -34,5 +34,8 @@ void rope_store(float* q, int64_t q_stride, int64_t n_head, const KvSource& k, c
 int64_t rope_store_row_launches();  // for tests: launches that took the row form (a block a row, float4 tasks)
 // dst[r] = src[idx[r]] for rows of n floats.
 void gather_rows(const float* src, const int32_t* idx, int64_t n_rows, int64_t n, float* dst);
+// dst = src (bytes, 16-byte aligned) from a kernel that first idles `ns` nanoseconds: a late producer for the contract,
+// so that a kernel launched next (PDL) reading its input ahead of griddepcontrol.wait would read the old bytes.
+void copy_after(void* dst, const void* src, int64_t bytes, int64_t ns);
 
 }  // namespace tf::cuda

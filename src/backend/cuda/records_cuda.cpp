@@ -40,27 +40,30 @@ std::vector<KernelRecord> make_records() {
           {102, "row reads its neighbour's activations"},
           {103, "the activations' lo part dropped"},
           {104, "the block kernel adds a round's slices in reverse order"}}});
-  r.push_back({"mma_group",
-               "cuda",
-               {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "bf16"},
-               "one row; two or three tensor-core matrices of one n_in (the model's Q, K and V) in one launch of "
-               "mma_group_kernel, a block per 16 outputs of any of them run as mma_block_kernel runs one row; one "
-               "format, or Q4_K with Q6_K; with RoPE (NORM pairs, Q, K and V of whole even heads) the blocks also do "
-               "rope_store's work: Q rotated, K rotated and V into the row's page slot",
-               "768 x 1536|256|256 (Q4_K, Q4_K, Q6_K), 512 x 200|328 (Q6_K|Q4_K, a partial tile before the join, "
-               "a NaN), 4096 x 4096|1024|1024 (K and V alone take the split kernel), each other format three times; "
-               "the row alone and as row 1 of three; RoPE of 64-wide heads with n_rot 64 and 32 into a three-page "
-               "pool; x split by RMSNorm; two rows, a staged x, mixed lengths, a third format and one matrix refused",
-               "bit-equal to each matrix's own gemv (mma.<format>), so its bound, checked against float64 too; RoPE "
-               "and the store bit-equal to rope_store's float steps replayed on the host, the rest of the pool "
-               "untouched",
-               {{101, "non-finite activation read as 0"},
-                {103, "the activations' lo part dropped"},
-                {104, "the block kernel adds a round's slices in reverse order"},
-                {132, "sin sign flipped"},
-                {171, "K and V written one slot late"},
-                {177, "a join's first block counted to the product before"},
-                {178, "V written over the row's K"}}});
+  r.push_back(
+      {"mma_group",
+       "cuda",
+       {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "bf16"},
+       "one row; two or three tensor-core matrices of one n_in (the model's Q, K and V) in one launch of "
+       "mma_group_kernel, a block per 16 outputs of any of them run as mma_block_kernel runs one row; one "
+       "format, or Q4_K with Q6_K; with RoPE (NORM pairs, Q, K and V of whole even heads) the blocks also do "
+       "rope_store's work: Q rotated, K rotated and V into the row's page slot",
+       "768 x 1536|256|256 (Q4_K, Q4_K, Q6_K), 512 x 200|328 (Q6_K|Q4_K, a partial tile before the join, "
+       "a NaN), 4096 x 4096|1024|1024 (K and V alone take the split kernel), each other format three times; "
+       "the row alone and as row 1 of three; RoPE of 64-wide heads with n_rot 64 and 32 into a three-page "
+       "pool; x split by RMSNorm; x copied in by a kernel still idling 50 us when the products launch (PDL: one "
+       "and three rows, a block per tile, the split kernel and the group, which load weights before the wait); "
+       "two rows, a staged x, mixed lengths, a third format and one matrix refused",
+       "bit-equal to each matrix's own gemv (mma.<format>), so its bound, checked against float64 too; RoPE "
+       "and the store bit-equal to rope_store's float steps replayed on the host, the rest of the pool "
+       "untouched",
+       {{101, "non-finite activation read as 0"},
+        {103, "the activations' lo part dropped"},
+        {104, "the block kernel adds a round's slices in reverse order"},
+        {132, "sin sign flipped"},
+        {171, "K and V written one slot late"},
+        {177, "a join's first block counted to the product before"},
+        {178, "V written over the row's K"}}});
   for (const char* f : {"q4_k", "q6_k"})
     r.push_back(
         {std::string("prompt.") + f,
