@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -89,7 +90,12 @@ static int prefetch_switch() {
   return m;
 }
 // Unset: pulls only where products wait before their first weight loads (with them, pulls took DRAM from the products).
-int prefetch_mode() { return prefetch_switch() >= 0 ? prefetch_switch() : mma_prewait() ? 0 : 1; }
+static std::atomic<int> g_prefetch_set{-1};  // set_prefetch_mode's choice; -1: the environment's
+int prefetch_mode() {
+  if (const int m = g_prefetch_set.load(); m >= 0) return m;
+  return prefetch_switch() >= 0 ? prefetch_switch() : mma_prewait() ? 0 : 1;
+}
+void set_prefetch_mode(int mode) { g_prefetch_set.store(mode); }
 
 void read_switches() {
   attention_read_switches();

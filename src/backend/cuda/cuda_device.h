@@ -51,6 +51,7 @@ struct SideLaunches {  // between side_fork and side_join: this thread's kernel 
 // TF_CUDA_PREFETCH: 0 leaves one-row products' weights to be read from DRAM, 1 pulls them into L2 first; unset, 1
 // only with TF_MMA_PREWAIT=0.
 int prefetch_mode();
+void set_prefetch_mode(int mode);  // for tests: 0 or 1 over the environment's choice, -1 back to it
 
 // Reads TF_ATTN_BUILD, TF_MMA_SPLIT, TF_MMA_WGMMA, TF_CUDA_PDL, TF_CUDA_PREFETCH, TF_MMA_PREWAIT and TF_CUDA_PROMPT_F16
 // now (no device work): tf::Error names a bad value.
