@@ -185,6 +185,8 @@ bool gemv_group(const DeviceMatrix* const* ws, float* const* ys, int count, cons
   return true;
 }
 
+bool gemv_group_ropes() { return mma_group_mode() == 2; }
+
 bool gemv_prompt_takes(const DeviceMatrix& w) { return f16_takes(w); }
 
 void gemv_prompt(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, const float* residual, bool staged) {

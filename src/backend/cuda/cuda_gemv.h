@@ -77,6 +77,7 @@ struct RopeKv {
 // written rotated to ys[0] and K rotated and V into the row's page, as rope_store would (ys[1], ys[2] unwritten).
 bool gemv_group(const DeviceMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_rows,
                 const SplitX& pre = {}, const RopeKv& rope = {});
+bool gemv_group_ropes();  // whether gemv_group takes rope.on at all (TF_MMA_GROUP=2), so callers ask once
 // Prompt rows' products (f16_prompt.cuh): row-invariant but not gemv's bits, so only prompt rows may take them.
 bool gemv_prompt_takes(const DeviceMatrix& w);  // Q4_K or Q6_K that fit fp16, on compute capability 9.0
 // staged: x's image comes from gemv_prompt_stage, with only staged prompt products since (they may run side by side).

@@ -191,7 +191,8 @@ void LlamaCudaModel::launch(int64_t n, int64_t m, int64_t width, bool sample, bo
       const cuda::RopeKv rk{true,     int(D),      int(c.n_rot / 2), int(Dkv),   L.cos(d),
                             L.sin(d), L.pos(d),    L.row_seq(d),     L.table(d), width,
                             kv_,      page_floats, layer_offset,     page_size_};
-      if (!neox && c.n_rot % 2 == 0 && cuda::gemv_group(w, y, 3, h_, n, pre_e, rk)) return roped = true;
+      if (!neox && c.n_rot % 2 == 0 && cuda::gemv_group_ropes() && cuda::gemv_group(w, y, 3, h_, n, pre_e, rk))
+        return roped = true;
       return cuda::gemv_group(w, y, 3, h_, n, pre_e);
     };
     cuda::KvSource ks{k_, 0, Dkv}, vs{v_, 0, Dkv};
