@@ -6,7 +6,9 @@
 #include <cmath>
 #include <deque>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.h"
@@ -238,6 +240,21 @@ std::string check_rope(std::mt19937& rng, int n_rot) {
   const std::array<float*, 3> qy{qf, nullptr, nullptr};
   if (cuda::gemv_group(ws.data(), qy.data(), 3, dx.f(), 1, {}, rk)) return name + ": taken with the RoPE form off";
   cuda::mma_set_group(2);
+  // RoPE it cannot do is an error before any launch: an odd head, K not one KV row, two matrices.
+  cuda::RopeKv odd = rk, short_k = rk;
+  odd.head_dim = D - 1, short_k.kv_row = kv_row / 2;
+  for (const auto& [what, r, count] : {std::tuple{"an odd head", odd, 3}, std::tuple{"K not one KV row", short_k, 3},
+                                       std::tuple{"two matrices", rk, 2}}) {
+    try {
+      cuda::gemv_group(ws.data(), qy.data(), count, dx.f(), 1, {}, r);
+      return fmt::format("{}: RoPE with {} was not refused", name, what);
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("RoPE needs") == std::string::npos)
+        return fmt::format("{}: RoPE with {} refused as '{}'", name, what, e.what());
+    }
+    if (first_bit_difference(to_host(dkv.p, size_t(pool)).data(), pool0.data(), size_t(pool)) >= 0)
+      return fmt::format("{}: a refused RoPE ({}) wrote the KV pool", name, what);
+  }
   if (!cuda::gemv_group(ws.data(), qy.data(), 3, dx.f(), 1, {}, rk)) return name + ": refused";
   // rope_store's steps on the host: each product rounded once, then the difference or sum.
   auto rotated = [&](const std::vector<float>& v) {
