@@ -87,7 +87,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) ahead[k][mt] = F::load(w.q, w.h, at[mt] + (k < nk ? k : 0) * 32);
   if (wait) grid_wait();
-  const uint4* const xs = A.xs;  // from the kernels before: read by __ldcg, which ptxas keeps after the wait
+  const uint4* const xs = A.xs;  // from the kernels before: read by __ldca (L1-cached, not .nc), kept after the wait
   const float* const xsum0 = A.xsum;
   const uint4* xb[NT];  // row g of each row tile, at the slice's first step
   const float* xsp[NT][2];
@@ -124,7 +124,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
         const uint4* src = xb[nt] + (ku * 4 + st) * 4;
         if (TF_MCTL(102) && has_left[nt] && sl == 0 && kb == 0 && st < 2)
           src -= steps * 4;  // planted: a row reads its neighbour's activations
-        const uint4 b = __ldcg(src);
+        const uint4 b = __ldca(src);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           if (first)
@@ -141,7 +141,7 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) xsum[nt][e] = kOne && e == 1 ? 0.0f : __ldcg(xsp[nt][e] + j);
+            for (int e = 0; e < 2; ++e) xsum[nt][e] = kOne && e == 1 ? 0.0f : __ldca(xsp[nt][e] + j);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
