@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/kernel_registry.h"
 #include "base/scalar.h"
+#include "cuda_buf.h"
 #include "harness.h"
 #include "quant/ggml/dequant.h"
 
@@ -46,18 +47,8 @@ std::vector<double> min_magnitudes(GgmlType type, const std::vector<uint8_t>& wb
 
 namespace {
 
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t n) : p(cuda::device_alloc(n)) {}
-  ~Dev() { cuda::device_free(p); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
 // The residual form in place (y = res + W x, one rounding) against the separate add of y; `run(out)` computes it.
-std::string residual_differs(const std::vector<float>& y, int64_t n, const Dev& dy, std::mt19937& rng,
+std::string residual_differs(const std::vector<float>& y, int64_t n, const Mem& dy, std::mt19937& rng,
                              const std::function<void(float*)>& run) {
   auto res = random_floats(size_t(n), rng);
   cuda::copy_to_device(dy.p, res.data(), res.size() * 4);
@@ -85,7 +76,7 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
-    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out, table));
+    Mem dw(cuda::device_matrix_bytes(type, n_in, n_out, table));
     const cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p, table);
     if (m.mma == table) return fmt::format("{}: {} layout expected", ggml_type_name(type), table ? "tiled" : "mma");
     // Up to 32 rows: the slice kernel with 1-4 row tiles; beyond: the many-row kernel, with partial tiles and blocks.
@@ -97,7 +88,7 @@ std::string check_gemv(GgmlType type, bool table, int64_t min_rows = 1) {
       if (rows < min_rows) continue;
       auto x = random_floats(size_t(rows * n_in), rng);
       if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
-      Dev dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      Mem dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
       cuda::copy_to_device(dx.p, x.data(), x.size() * 4);
       auto y = with_canary(size_t(rows * n_out), size_t(n_out));
       cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
@@ -182,7 +173,7 @@ std::string check_prompt(GgmlType type, bool image, int width = -1) {
     auto wb = random_weight(type, n_in, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, n_in, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, n_in, n_out);
-    Dev dw(cuda::device_matrix_bytes(type, n_in, n_out));
+    Mem dw(cuda::device_matrix_bytes(type, n_in, n_out));
     cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), n_in, n_out, dw.p);
     if (!cuda::gemv_prompt_takes(m)) {
       if (cuda::mma_wgmma_device()) return name + ": a compute capability 9.0 device refused the prompt kernel";
@@ -190,7 +181,7 @@ std::string check_prompt(GgmlType type, bool image, int width = -1) {
     }
     const size_t img_bytes = cuda::prompt_image_bytes(m);
     if (image && img_bytes == 0) return name + ": the device takes prompt products but not their image";
-    Dev dimg(image ? img_bytes + 256 : 16);
+    Mem dimg(image ? img_bytes + 256 : 16);
     if (image) {  // a canary after the image: its builder writes exactly prompt_image_bytes
       std::vector<uint8_t> tail(256, 0xA5), back(256);
       cuda::copy_to_device(dimg.as<uint8_t>() + img_bytes, tail.data(), tail.size());
@@ -207,7 +198,7 @@ std::string check_prompt(GgmlType type, bool image, int width = -1) {
       for (int64_t r = 0; r < rows; ++r)  // rows of very different magnitudes: each keeps its own power of two
         for (int64_t i = 0; i < n_in; ++i) x[size_t(r * n_in + i)] *= std::ldexp(1.0f, int(r % 5) * 9 - 18);
       if (rows >= 3) x[size_t(n_in + n_in / 2)] = NAN;
-      Dev dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      Mem dx(x.size() * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
       cuda::copy_to_device(dx.p, x.data(), x.size() * 4);
       auto y = with_canary(size_t(rows * n_out), size_t(n_out));
       cuda::copy_to_device(dy.p, y.data(), y.size() * 4);
@@ -238,7 +229,7 @@ std::string check_prompt(GgmlType type, bool image, int width = -1) {
                              d);
       }
       {  // x staged once for several products (gemv_prompt_stage) gives the same bits
-        Dev d2(size_t(rows * n_out) * 4);
+        Mem d2(size_t(rows * n_out) * 4);
         cuda::gemv_prompt_stage(m, dx.as<float>(), rows);
         cuda::gemv_prompt(m, dx.as<float>(), rows, d2.as<float>(), nullptr, true);
         std::vector<float> staged(size_t(rows * n_out));
@@ -275,12 +266,12 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
     auto wb = random_weight(type, F, n_out, rng);
     const std::vector<double> wd = decode_weights(type, wb, F, n_out);
     const std::vector<double> mins = min_magnitudes(type, wb, F, n_out);
-    Dev dw(cuda::device_matrix_bytes(type, F, n_out));
+    Mem dw(cuda::device_matrix_bytes(type, F, n_out));
     cuda::DeviceMatrix m = cuda::upload_matrix(type, wb.data(), F, n_out, dw.p);
     if (!cuda::gemv_prompt_takes(m))
       return cuda::mma_wgmma_device() ? name + ": a compute capability 9.0 device refused the prompt kernel" : "";
     const std::vector<float> nw = random_floats(size_t(F), rng, 2.0f);
-    Dev dnw(nw.size() * 4);
+    Mem dnw(nw.size() * 4);
     cuda::copy_to_device(dnw.p, nw.data(), nw.size() * 4);
     const int64_t S = fs.stride(F);
     const bool big = F > 4096;
@@ -290,8 +281,8 @@ std::string check_prompt_fused_stage(GgmlType type, FusedStage fs) {
       for (int64_t r = 0; r < rows; ++r)  // rows of very different magnitudes (SwiGLU: its up values)
         for (int64_t i = fs.norm ? 0 : F; i < S; ++i) in[size_t(r * S + i)] *= std::ldexp(1.0f, int(r % 5) * 9 - 18);
       if (rows >= 3) in[size_t(S + F / 2)] = NAN;
-      Dev din(in.size() * 4), dx(size_t(rows * F) * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
-      Dev das(size_t(rows * F) * 4);  // what the norm stage names as its x: it must never be written
+      Mem din(in.size() * 4), dx(size_t(rows * F) * 4), dy(size_t((rows + 1) * n_out) * 4), d1(size_t(2 * n_out) * 4);
+      Mem das(size_t(rows * F) * 4);  // what the norm stage names as its x: it must never be written
       const std::vector<float> untouched(size_t(rows * F), std::bit_cast<float>(kCanary));
       cuda::copy_to_device(das.p, untouched.data(), untouched.size() * 4);
       cuda::copy_to_device(din.p, in.data(), in.size() * 4);

@@ -153,6 +153,16 @@ std::string check_split_producer(std::mt19937& rng) {
 // Products whose x comes from a producer still running (PDL): the one-row and few-row kernels issue their weight
 // loads before griddepcontrol.wait, and must read x only after it. A kernel that idles first copies x's image in.
 std::string check_late_producer(std::mt19937& rng) {
+  {  // the late producer copies whole 16-byte words only: anything else is refused before it launches
+    Mem a{32}, b{32};
+    try {
+      cuda::copy_after(a.p, b.p, 20, 0);
+      return "copy_after of 20 bytes was not refused";
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("16-byte words") == std::string::npos)
+        return fmt::format("copy_after of 20 bytes refused as '{}'", e.what());
+    }
+  }
   const int64_t n_in = 512;
   const std::array<GgmlType, 3> types = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K};
   const std::array<int64_t, 3> n_out = {2048, 512, 512};  // 128 tiles: a block per tile; 32: the split kernel

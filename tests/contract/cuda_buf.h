@@ -30,6 +30,10 @@ struct Mem {
   Mem& operator=(const Mem&) = delete;
   ~Mem() { cuda::device_free(p); }
   float* f() const { return static_cast<float*>(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 inline std::vector<float> to_host(const void* p, size_t n) {

@@ -45,6 +45,12 @@ __global__ void mma_split_x_kernel(const float* __restrict__ x, int64_t n_in, in
   split_group(v, row, gi, n_in, xs, xsum);
 }
 
+// x's rows split into xs and xsum by mma_split_x_kernel: the one launch of it, for products and groups alike.
+void launch_split_x(const float* x, int64_t n_in, int64_t n_rows, uint4* xs, float* xsum, int ctl) {
+  const int64_t tasks = n_rows * (n_in / 32);
+  launch_k(mma_split_x_kernel, unsigned((tasks + 127) / 128), 128, 0, x, n_in, n_rows, xs, xsum, ctl);
+}
+
 // The slices' partials added in slice order, then the residual: the full kernel's exact sequence.
 __global__ void mma_reduce_kernel(const float* __restrict__ partial, int slices, int64_t n, float* y,
                                   const float* residual) {
@@ -229,8 +235,7 @@ void mma_gemv(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, c
   if (pre.xs) {
     xs = static_cast<uint4*>(pre.xs), xsum = pre.xsum;
   } else {
-    const int64_t tasks = n_rows * (w.n_in / 32);
-    launch_k(mma_split_x_kernel, unsigned((tasks + 127) / 128), 128, 0, x, w.n_in, n_rows, xs, xsum, ctl);
+    launch_split_x(x, w.n_in, n_rows, xs, xsum, ctl);
   }
   // Few rows: with 128-512 output tiles a block per tile adds the slices itself (enough blocks to fill the device,
   // no second kernel); otherwise the slices run in separate blocks, several tiles a warp, and a second kernel adds
@@ -287,7 +292,7 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
     auto* base = static_cast<uint8_t*>(g_scratch);
     auto* sx = reinterpret_cast<uint4*>(base);
     auto* ss = reinterpret_cast<float*>(base + align256(size_t(n_in) * 4));
-    launch_k(mma_split_x_kernel, unsigned((n_in / 32 + 127) / 128), 128, 0, x, n_in, int64_t(1), sx, ss, ctl);
+    launch_split_x(x, n_in, 1, sx, ss, ctl);
     xs = sx, xsum = ss;
   }
   for (int i = 0; i < count; ++i) {
