@@ -209,7 +209,7 @@ def test_info_names_the_prompt_chunk_its_backend_serves_with(tf_bin, model_path)
 @pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 2"), ("TF_MMA_SPLIT", "yes", "0 to 1"),
                                              ("TF_MMA_WGMMA", "off", "0 to 1"), ("TF_CUDA_PDL", "2", "0 to 1"),
                                              ("TF_CUDA_PREFETCH", "on", "0 to 1"), ("TF_MMA_GROUP", "3", "0 to 2"),
-                                             ("TF_MMA_PREWAIT", "yes", "0 to 1"),
+                                             ("TF_MMA_PREWAIT", "yes", "0 to 1"), ("TF_ATTN_PULL", "on", "0 to 1"),
                                              ("TF_CUDA_PROMPT_F16", "no", "0 to 1"),
                                              ("TF_CUDA_PROMPT_IMAGE", "auto", "0 to 1"),
                                              ("TF_CUDA_IMAGE_WIDE", "7", "0 to 3")])

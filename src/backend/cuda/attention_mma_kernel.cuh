@@ -63,7 +63,7 @@ template <int D, int kMinBlocks, int T>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
-                         float* part) {
+                         float* part, bool pull) {
   constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
   static_assert(16 * T <= 32, "a pass's M rows are one warp's ballot");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -125,6 +125,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
     // The pass's M rows (tile mt's row m at bit 16 mt + m): the stores visit only these.
     const uint32_t act = __ballot_sync(0xffffffffu, lane < 16 * T && in_pass(lane / 16, lane % 16, seq));
+    if (!waited && pull) {  // the chunk's keys and values into L2 while the kernel before runs (L2 is coherent)
+      const int64_t j = (part ? int64_t(blockIdx.z) : 0) * kChunkKeys + 32 * warp + lane;
+      if (j < n_keys) {
+        const float* kr = kv_row_of(kv, seq, j, false) + int64_t(kvh_read) * D;
+        const float* vr = kv_row_of(kv, seq, j, true) + int64_t(kvh_read) * D;
+#pragma unroll
+        for (int b = 0; b < D; b += 32)
+          asm volatile("prefetch.global.L2 [%0];\n\tprefetch.global.L2 [%1];" ::"l"(kr + b), "l"(vr + b));
+      }
+    }
     if (!waited) grid_wait(), waited = true;  // Q, keys and outputs are the previous kernels'
     if constexpr (T == 1) {
       load_q(0, qh, ql);

@@ -35,16 +35,22 @@ int env_build() {
   return b;
 }
 
+// TF_ATTN_PULL=0: attention asks L2 for no keys or values before waiting on the kernel before it.
+bool env_pull() {
+  static const bool on = env_switch("TF_ATTN_PULL", 2, "0 pulls no keys into L2 before attention's wait") != 0;
+  return on;
+}
+
 template <int D, int B, int T>
 void launch_build(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos,
                   const int32_t* row_seq, const PagedKv& kv, int n_head, int n_kv_head, float scale, float* out,
-                  uint4* xs, float* xsum, float* part) {
+                  uint4* xs, float* xsum, float* part, bool pull) {
   constexpr size_t bytes = sizeof(AttnSmem<D, T>);
   static const cudaError_t ready =
       cudaFuncSetAttribute(attention_mma_kernel<D, B, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   cuda_check(ready, "attention: shared memory");
   launch_k(attention_mma_kernel<D, B, T>, grid, kWarps * 32, bytes, q, q_stride, n_rows, pos, row_seq, kv, n_head,
-           n_kv_head, scale, out, xs, xsum, part);
+           n_kv_head, scale, out, xs, xsum, part, pull);
 }
 
 // Build b's launcher at index b, straight from kBuilds.
@@ -56,7 +62,7 @@ constexpr std::array<decltype(&launch_build<D, 1, 1>), kNumBuilds> build_table(s
 }  // namespace
 
 int attention_builds() { return kNumBuilds; }
-void attention_read_switches() { env_build(); }
+void attention_read_switches() { env_build(), env_pull(); }
 const char* attention_build_name(int b) { return b >= 0 && b < kNumBuilds ? kBuilds[b].name : "chosen by shape"; }
 void attention_force_build(int b) { g_force.store(b >= 0 && b < kNumBuilds ? b : -1); }
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
@@ -92,8 +98,10 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   const int T = kBuilds[b].tiles;
   const dim3 grid(unsigned((tiles + T - 1) / T), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
   auto* x4 = static_cast<uint4*>(xs);
+  // Keys and values pulled into L2 before the wait only within one chunk: past it they take DRAM from the product.
+  const bool pull = env_pull() && chunks.max_keys > 0 && chunks.max_keys <= kChunkKeys;
   auto go = [&](auto launch) {
-    launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part);
+    launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part, pull);
   };
   if (head_dim == 64)
     go(build_table<64>(std::make_index_sequence<kNumBuilds>{})[size_t(b)]);
