@@ -1,6 +1,7 @@
 // CUDA paged attention against a float64 reference, with row invariance across rows of two sequences.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_attention.h"
@@ -77,8 +78,10 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   const int64_t chunk_rows = 32, key_cap = max_pages * P;
   const size_t part_bytes = cuda::attention_chunk_bytes(chunk_rows, nh, hd, key_cap);
   float* dpart = static_cast<float*>(cuda::device_alloc(part_bytes));
+  // The call's keys as the engine passes them (the most any row attends): within one chunk, keys are pulled into L2.
+  const int64_t call_keys = int64_t(*std::max_element(pos.begin(), pos.end())) + 1;
   const cuda::AttnChunks chunks{dpart, chunk_rows, (key_cap + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys,
-                                key_cap};
+                                call_keys};
   auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
     if (mma)
       cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout, nullptr, nullptr, chunks);
@@ -89,7 +92,19 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   std::vector<float> out(size_t(rows * nh * hd)), alone(size_t(nh * hd));
   cuda::copy_to_host(out.data(), dout, out.size() * 4);
   std::string why;
-  if (mma) {  // the whole batch walked in-block (no partials) gives the same bits as its chunk-parallel run
+  if (mma && call_keys <= cuda::kAttnChunkKeys) {  // the L2 pull before the wait moves no bit
+    struct Keep {
+      ~Keep() { cuda::attention_set_pull(-1); }
+    } keep;
+    cuda::attention_set_pull(0);
+    run(dq, rows, dpos, dseq);
+    std::vector<float> unpulled(out.size());
+    cuda::copy_to_host(unpulled.data(), dout, unpulled.size() * 4);
+    if (int64_t d = first_bit_difference(unpulled.data(), out.data(), out.size()); d >= 0)
+      why = fmt::format("hd {}: the run without the L2 pull differs at {}", hd, d);
+  }
+  if (mma &&
+      why.empty()) {  // the whole batch walked in-block (no partials) gives the same bits as its chunk-parallel run
     std::vector<float> walked(out.size());
     cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
     cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
@@ -177,16 +192,20 @@ std::string check_cuda_attention_mma() {
   std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
   if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq); !why.empty()) return why;
+  // Decode rows within one chunk (their keys pulled into L2 before the wait), with a NaN value among them too.
+  const std::vector<int32_t> near = {0, 5, 200, 30, 77};
+  if (auto why = check_case(128, 32, 8, rng, true, near, seq); !why.empty()) return why + " (one chunk)";
+  if (auto why = check_case(64, 9, 3, rng, true, near, seq, 3); !why.empty()) return why + " (one chunk, NaN)";
   pos.clear(), seq.clear();
   for (int32_t p = 500; p < 537; ++p) pos.push_back(p), seq.push_back(0);
   pos.insert(pos.begin() + 9, 40), seq.insert(seq.begin() + 9, 1);
   for (int32_t p : {10, 11, 12}) pos.push_back(p), seq.push_back(1);
   if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq); !why.empty()) return why;
-  if (auto why = check_case(128, 32, 8, rng, true, pos, seq, 520); !why.empty()) return why;  // a NaN value
+  if (auto why = check_case(128, 32, 8, rng, true, pos, seq, 520); !why.empty()) return why;           // a NaN value
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq, 520, 3.4e38f); !why.empty()) return why;  // past bf16
-  if (auto why = check_case(64, 4, 4, rng, true, pos, seq); !why.empty()) return why;         // one head per KV head
-  if (auto why = check_case(128, 16, 1, rng, true, pos, seq); !why.empty()) return why;       // sixteen
+  if (auto why = check_case(64, 4, 4, rng, true, pos, seq); !why.empty()) return why;    // one head per KV head
+  if (auto why = check_case(128, 16, 1, rng, true, pos, seq); !why.empty()) return why;  // sixteen
   // The engine's 32-token pages and 48-token ones: 16-key steps that start inside a page.
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq, -1, NAN, 32); !why.empty()) return why;
   return check_case(64, 9, 3, rng, true, pos, seq, -1, NAN, 48);

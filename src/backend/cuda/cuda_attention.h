@@ -43,6 +43,8 @@ int attention_builds();
 void attention_read_switches();
 const char* attention_build_name(int b);
 void attention_force_build(int b);
+// For tests: 1 asks L2 for a one-chunk call's keys before the wait, 0 never, -1 back to TF_ATTN_PULL (default on).
+void attention_set_pull(int mode);
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,

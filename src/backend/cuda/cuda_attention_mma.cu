@@ -40,6 +40,8 @@ bool env_pull() {
   static const bool on = env_switch("TF_ATTN_PULL", 2, "0 pulls no keys into L2 before attention's wait") != 0;
   return on;
 }
+std::atomic<int> g_pull_set{-1};  // attention_set_pull's choice; -1: the environment's
+bool pull_on() { return g_pull_set.load() >= 0 ? g_pull_set.load() == 1 : env_pull(); }
 
 template <int D, int B, int T>
 void launch_build(dim3 grid, const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos,
@@ -65,6 +67,7 @@ int attention_builds() { return kNumBuilds; }
 void attention_read_switches() { env_build(), env_pull(); }
 const char* attention_build_name(int b) { return b >= 0 && b < kNumBuilds ? kBuilds[b].name : "chosen by shape"; }
 void attention_force_build(int b) { g_force.store(b >= 0 && b < kNumBuilds ? b : -1); }
+void attention_set_pull(int mode) { g_pull_set.store(mode == 0 || mode == 1 ? mode : -1); }
 bool attention_mma_supports(int64_t head_dim, int64_t n_head, int64_t n_kv_head) {
   return (head_dim == 64 || head_dim == 128) && n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= 16;
 }
@@ -99,7 +102,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   const dim3 grid(unsigned((tiles + T - 1) / T), unsigned(n_kv_head), unsigned(parallel ? n_chunks : 1));
   auto* x4 = static_cast<uint4*>(xs);
   // Keys and values pulled into L2 before the wait only within one chunk: past it they take DRAM from the product.
-  const bool pull = env_pull() && chunks.max_keys > 0 && chunks.max_keys <= kChunkKeys;
+  const bool pull = pull_on() && chunks.max_keys > 0 && chunks.max_keys <= kChunkKeys;
   auto go = [&](auto launch) {
     launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part, pull);
   };

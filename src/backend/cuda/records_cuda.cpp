@@ -207,7 +207,9 @@ std::vector<KernelRecord> make_records() {
        "paged KV of pages a multiple of 16 tokens (others refused), head_dim 64 or 128, up to 16 query heads per KV "
        "head, causal over [0, pos], any rows of any sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
-       "chunks, a block each, then the combine); a 37-row prefill chunk (chunks walked in one block) with another "
+       "chunks, a block each, then the combine; within one chunk, with a NaN value too, the keys pulled into L2 "
+       "before the wait, bit-equal to the run without the pull); a 37-row prefill chunk (chunks walked in one block) "
+       "with another "
        "sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk (rows before it stay "
        "finite, rows after it NaN); pages of 16, 32 and 48 tokens; 8-token pages refused; every row against itself "
        "alone; each case on every build (one tile a block at one or two blocks an SM, two tiles a block) on every "
