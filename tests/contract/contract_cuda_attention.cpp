@@ -82,9 +82,11 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
   const int64_t call_keys = int64_t(*std::max_element(pos.begin(), pos.end())) + 1;
   const cuda::AttnChunks chunks{dpart, chunk_rows, (key_cap + cuda::kAttnChunkKeys - 1) / cuda::kAttnChunkKeys,
                                 call_keys};
-  auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss) {
+  auto run = [&](const float* qq, int64_t n, const int32_t* pp, const int32_t* ss, int64_t keys = 0) {
+    cuda::AttnChunks ch = chunks;
+    if (keys > 0) ch.max_keys = keys;
     if (mma)
-      cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout, nullptr, nullptr, chunks);
+      cuda::attention_mma(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, dout, nullptr, nullptr, ch);
     else
       cuda::attention(qq, qs, n, pp, ss, kv, nh, nkv, hd, scale, max_keys, dout);
   };
@@ -154,8 +156,8 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
         }
       }
     }
-    if (why.empty()) {
-      run(dq + r * qs, 1, dpos + r, dseq + r);
+    if (why.empty()) {  // at the row's own key count: within one chunk, a block of its own
+      run(dq + r * qs, 1, dpos + r, dseq + r, pos[size_t(r)] + 1);
       cuda::copy_to_host(alone.data(), dout, alone.size() * 4);
       if (first_bit_difference(alone.data(), out.data() + r * nh * hd, alone.size()) >= 0)
         why = fmt::format("hd {}: row at pos {} differs when computed alone", hd, pos[size_t(r)]);
@@ -192,10 +194,15 @@ std::string check_cuda_attention_mma() {
   std::vector<int32_t> pos = {0, 5, 1999, 300, 77}, seq = {0, 0, 1, 1, 0};
   if (auto why = check_case(64, 9, 3, rng, true, pos, seq); !why.empty()) return why;
   if (auto why = check_case(128, 32, 8, rng, true, pos, seq); !why.empty()) return why;
-  // Decode rows within one chunk (their keys pulled into L2 before the wait), with a NaN value among them too.
+  // Decode rows within one chunk (their keys pulled into L2 before the wait, a block a row), with a NaN value among
+  // them and one past bf16's range; the build must run.
   const std::vector<int32_t> near = {0, 5, 200, 30, 77};
+  const int64_t one_before = cuda::attention_one_row_launches();
   if (auto why = check_case(128, 32, 8, rng, true, near, seq); !why.empty()) return why + " (one chunk)";
   if (auto why = check_case(64, 9, 3, rng, true, near, seq, 3); !why.empty()) return why + " (one chunk, NaN)";
+  if (auto why = check_case(128, 32, 8, rng, true, near, seq, 30, 3.4e38f); !why.empty())
+    return why + " (one chunk, past bf16)";
+  if (cuda::attention_one_row_launches() == one_before) return "the one-row build never ran on one-chunk rows";
   pos.clear(), seq.clear();
   for (int32_t p = 500; p < 537; ++p) pos.push_back(p), seq.push_back(0);
   pos.insert(pos.begin() + 9, 40), seq.insert(seq.begin() + 9, 1);

@@ -59,16 +59,19 @@ struct AttnSmem {
 };
 
 // T tiles of 16 (row, head) pairs of one KV head a block, keys shared by its warps: the bits of one warp per block.
-template <int D, int kMinBlocks, int T>
+// kOne: a block per row, whose keys the launcher knows fit one chunk, so no pass search, partials or chunk fold.
+template <int D, int kMinBlocks, int T, bool kOne = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attention_mma_kernel(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,
                          PagedKv kv, int n_head, int n_kv_head, float scale, float* out, uint4* xs, float* xsum,
                          float* part, bool pull) {
   constexpr int kDn = D / 8 / kWarps;  // 8-column groups of P V per warp
   static_assert(16 * T <= 32, "a pass's M rows are one warp's ballot");
+  static_assert(!kOne || T == 1, "the one-row build holds one row");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& S = *reinterpret_cast<AttnSmem<D, T>*>(smem_raw);
-  const int G = n_head / n_kv_head, RT = 16 / G;
+  const int G = n_head / n_kv_head, RT = kOne ? 1 : 16 / G;
+  if constexpr (kOne) part = nullptr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * RT * T;
   int kvh = blockIdx.y;
@@ -89,6 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     int64_t n_keys = 0;
     for (int e = first; e < RT * T && row0 + e < n_rows; ++e)
       if (row_seq[row0 + e] == seq) n_keys = max(n_keys, row_keys(pos, row0 + e));
+    if (kOne && TF_DCTL(148)) n_keys = min(n_keys, kChunkKeys / 2);  // planted: the one-row build's keys cut at 128
     const int64_t n_chunks = n_keys > 0 ? (n_keys + kChunkKeys - 1) / kChunkKeys : 1;  // a pass always folds chunk 0
     if (part && int64_t(blockIdx.z) >= n_chunks) continue;  // this block's chunk holds none of the pass's keys
     int64_t lim[T][2];  // per tile and M row of this lane: keys allowed (0: row not in the pass)
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           for (int e = 0; e < 4; ++e)
             S.o[mt * 16 + g + 8 * (e >> 1)][(warp * kDn + dd) * 8 + 2 * t + (e & 1)] = x[mt][dd][e];
     };
-    const int64_t c_first = part ? int64_t(blockIdx.z) : 0, c_end = part ? c_first + 1 : n_chunks;
+    const int64_t c_first = part ? int64_t(blockIdx.z) : 0, c_end = kOne ? 1 : part ? c_first + 1 : n_chunks;
     for (int64_t c = c_first; c < c_end; ++c) {
       const int64_t kb = c * kChunkKeys;
       const int n_tiles = n_keys > kb ? int((min(kChunkKeys, n_keys - kb) + 7) / 8) : 0;

@@ -42,9 +42,13 @@ int attention_builds();
 // Reads TF_ATTN_BUILD now, so a bad value is refused at startup (tf::Error) rather than at the first launch.
 void attention_read_switches();
 const char* attention_build_name(int b);
+// Whether build b runs a call of at most max_keys keys a row (forced where it does not, the shape's choice runs).
+bool attention_build_takes(int b, int64_t max_keys);
 void attention_force_build(int b);
 // For tests: 1 asks L2 for a one-chunk call's keys before the wait, 0 never, -1 back to TF_ATTN_PULL (default on).
 void attention_set_pull(int mode);
+// Launches of the build that gives a row its own block (keys within one chunk), for the contract to see it ran.
+int64_t attention_one_row_launches();
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).
 void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32_t* pos, const int32_t* row_seq,

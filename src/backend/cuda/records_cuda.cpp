@@ -207,19 +207,21 @@ std::vector<KernelRecord> make_records() {
        "paged KV of pages a multiple of 16 tokens (others refused), head_dim 64 or 128, up to 16 query heads per KV "
        "head, causal over [0, pos], any rows of any sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
-       "chunks, a block each, then the combine; within one chunk, with a NaN value too, the keys pulled into L2 "
-       "before the wait, bit-equal to the run without the pull); a 37-row prefill chunk (chunks walked in one block) "
+       "chunks, a block each, then the combine; within one chunk, with a NaN value and one past bf16 too, the keys "
+       "pulled into L2 before the wait, bit-equal to the run without the pull, a block a row, which must run); a "
+       "37-row prefill chunk (chunks walked in one block) "
        "with another "
        "sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk (rows before it stay "
        "finite, rows after it NaN); pages of 16, 32 and 48 tokens; 8-token pages refused; every row against itself "
-       "alone; each case on every build (one tile a block at one or two blocks an SM, two tiles a block) on every "
-       "path",
+       "alone at its own key count; each case on every build (one tile a block at one or two blocks an SM, two "
+       "tiles a block, a block a row where the keys fit one chunk) on every path",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
        "3 n_chunks) * 2^-24)",
        {{141, "one key past the causal limit read"},
         {142, "query head mapped to the wrong KV head"},
         {143, "the split output taken before the division by L"},
-        {145, "the combine folds the chunks in reverse order"}}});
+        {145, "the combine folds the chunks in reverse order"},
+        {148, "the one-row build's keys cut at 128"}}});
   r.push_back(
       {"attention_prompt",
        "cuda",
