@@ -70,7 +70,7 @@ struct Decode {
   double tok_s = 0, device_ms = 0, wall_ms = 0;
 };
 
-// Greedy one-row decode with candidates only leaving the device, after `depth` prompt tokens (llama-bench's depth).
+// Greedy one-row decode, only the argmax leaving the device as the engine asks it, after `depth` prompt tokens.
 Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t ubatch = 512) {
   m.set_graphs(graphs);
   const int64_t page = 32, pages = (depth + n + page) / page + 1;
@@ -88,7 +88,7 @@ Decode decode_run(Model& m, int64_t n, bool graphs, int64_t depth = 0, int64_t u
   for (int64_t p = depth; p < depth + n; ++p) {
     if (p == depth + 2) t0 = now_s(), dev = 0;  // graph capture and first touch stay out of the figure
     std::vector<BatchRow> rows{{&lease.pages, tok, int32_t(p), true}};
-    m.forward_sample(rows, {{0.0, 0, p + 1}}, cand);
+    m.forward_sample(rows, {{0.0, 0, p + 1, false}}, cand);
     tok = cand[0].greedy;
     dev += m.last_device_ms();
   }

@@ -217,7 +217,9 @@ void Engine::round() {
       for (const Plan& p : plans) {
         const SamplingParams& q = p.s->req.sampling;
         const int64_t first = p.prefill ? p.s->n_prompt : int64_t(p.s->tokens.size());
-        for (int64_t i = 0; i < p.n_logits; ++i) sp.push_back({q.temperature, q.seed, first + i});
+        // A greedy row without logprobs reads its argmax alone, so the device makes nothing else for it.
+        const bool cand = q.temperature > 0 || p.s->req.top_logprobs >= 0;
+        for (int64_t i = 0; i < p.n_logits; ++i) sp.push_back({q.temperature, q.seed, first + i, cand});
       }
       model_.forward_sample(rows, sp, cands_);
     } else {

@@ -42,7 +42,8 @@ struct BatchRow {
 struct RowSampling {
   double temperature = 0;
   uint64_t seed = 0;
-  int64_t pos = 0;  // absolute position of the token being drawn
+  int64_t pos = 0;         // absolute position of the token being drawn
+  bool candidates = true;  // false: a greedy row without logprobs, so only its argmax leaves the device
 };
 
 // What leaves the device for one logits row: a fixed number of top candidates plus the full-vocabulary facts the
@@ -52,7 +53,7 @@ struct RowCandidates {
   float gumbel_logit = 0;
   double lse = 0, max_t = 0, sum_t = 0;        // log-sum-exp at T=1; max and sum of exp(l/T - max) at the row's T
   std::vector<std::pair<float, int32_t>> top;  // (logit desc, id asc)
-  bool complete = false;                        // top holds the whole vocabulary
+  bool complete = false;                       // top holds the whole vocabulary
 };
 
 class Model {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_gemv.h"
@@ -272,6 +273,48 @@ std::string check_cuda_gather() {
   return {};
 }
 
+namespace {
+
+// Rows asking for no candidates (greedy without logprobs) mixed with rows asking for them: the argmax rows give the
+// reference argmax and the NaN flag alone, and the other rows the bytes they gave in a call of candidate rows only.
+std::string check_argmax_rows(int64_t V, std::vector<float> l, int64_t rows, const std::vector<cuda::SampleRow>& sp,
+                              const std::vector<cuda::RowCandidatesDev>& full) {
+  // Row 5's NaN (negative: below every candidate's key) in its last chunk, row 6's positive NaN in its first.
+  l[size_t(5 * V + V - 2)] = -std::numeric_limits<float>::quiet_NaN();
+  l[size_t(6 * V + 1)] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<cuda::SampleRow> mixed = sp;
+  for (int64_t r = 0; r < rows; r += 2) mixed[size_t(r)] = {0.0, 0, 0, 0};
+  Buf<float> dl(l);
+  Buf<cuda::SampleRow> dsp(mixed);
+  Buf<cuda::RowCandidatesDev> dout(std::vector<cuda::RowCandidatesDev>(size_t(rows + 1)));
+  Buf<char> scratch(std::vector<char>(cuda::candidates_scratch_bytes(rows, V)));
+  cuda::candidates(dl.p, rows, V, dsp.p, dout.p, scratch.p);
+  const auto out = dout.get();
+  for (int64_t r = 0; r < rows; ++r) {
+    const cuda::RowCandidatesDev& o = out[size_t(r)];
+    const bool nan_row = r == 5 || r == 6;
+    if (o.nan != (nan_row ? 1 : 0)) return fmt::format("V={} row {}: NaN flag {} in the mixed call", V, r, o.nan);
+    if (r % 2 == 0) {
+      int32_t best = -1;  // the first of the largest non-NaN logits
+      for (int32_t v = 0; v < int32_t(V); ++v)
+        if (!std::isnan(l[size_t(r * V + v)]) && (best < 0 || l[size_t(r * V + v)] > l[size_t(r * V + best)])) best = v;
+      if (o.greedy != best || o.gumbel != best || o.n != 0)
+        return fmt::format("V={} argmax row {}: greedy {} gumbel {} n {}, expected {}", V, r, o.greedy, o.gumbel, o.n,
+                           best);
+    } else if (!nan_row && std::memcmp(&o, &full[size_t(r)], sizeof(o)) != 0) {
+      return fmt::format("V={} row {}: a candidates row differs beside argmax rows", V, r);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {  // row invariance: alone, the same bytes
+    cuda::candidates(dl.p + r * V, 1, V, dsp.p + r, dout.p + rows, scratch.p);
+    if (std::memcmp(&dout.get()[size_t(rows)], &out[size_t(r)], sizeof(out[0])) != 0)
+      return fmt::format("V={} row {} of the mixed call differs when computed alone", V, r);
+  }
+  return {};
+}
+
+}  // namespace
+
 std::string check_cuda_candidates() {
   std::mt19937 rng(94);
   const int64_t C = cuda::kCandidates;
@@ -283,6 +326,7 @@ std::string check_cuda_candidates() {
     for (int64_t i = 0; i < V; i += 3) l[size_t(2 * V + i)] = 5.0f;             // row 2: a tied maximum
     for (int64_t i = 0; i < V; ++i)  // row 4: ties at the cut spread over every 4096-logit chunk
       l[size_t(4 * V + i)] = i % 97 == 0 || i + 1 == V ? 6.0f : -1.0f - std::fabs(l[size_t(4 * V + i)]);
+    l[size_t(6 * V + V - 1)] = 40.0f;  // row 6: its maximum the last logit, in the last chunk
     std::vector<cuda::SampleRow> sp(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       sp[size_t(r)] = {r == 3 ? 0.0 : 0.5 + 0.25 * double(r), 1000 + uint64_t(r), 17 + r};
@@ -303,7 +347,8 @@ std::string check_cuda_candidates() {
       std::vector<std::pair<float, int32_t>> got;
       for (int32_t i = 0; i < o.n; ++i) got.push_back({-o.logit[i], o.id[i]});
       std::sort(got.begin(), got.end());
-      if (o.n != want) return fmt::format("V={} row {}: {} candidates, expected {}", V, r, o.n, want);
+      if (o.n != want || o.nan != 0)
+        return fmt::format("V={} row {}: {} candidates (expected {}), NaN flag {}", V, r, o.n, want, o.nan);
       for (int64_t i = 0; i < want; ++i)
         if (got[size_t(i)].second != order[size_t(i)] || -got[size_t(i)].first != x[order[size_t(i)]])
           return fmt::format("V={} row {}: candidate {} is {}, expected {}", V, r, i, got[size_t(i)].second,
@@ -338,6 +383,7 @@ std::string check_cuda_candidates() {
       if (std::memcmp(&again[size_t(rows)], &out[size_t(r)], offsetof(cuda::RowCandidatesDev, logit)) != 0)
         return fmt::format("V={} row {} differs when computed alone", V, r);
     }
+    if (std::string fault = check_argmax_rows(V, l, rows, sp, out); !fault.empty()) return fault;
   }
   return {};
 }

@@ -150,6 +150,21 @@ TEST(CudaModel, CandidatesSampleAsFullLogits) {
           << "row " << i << " temperature " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p;
     }
   }
+  // Greedy rows without logprobs take the argmax alone, beside rows that take candidates.
+  std::vector<RowSampling> mixed;
+  for (size_t i = 0; i < rows.size(); ++i) mixed.push_back({i % 2 ? 0.8 : 0.0, 7, int64_t(i) + 1, i % 2 == 1});
+  std::vector<RowCandidates> cand;
+  m.model->forward_sample(rows, mixed, cand);
+  ASSERT_EQ(cand.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* l = full.data() + i * size_t(V);
+    const SamplingParams p{mixed[i].temperature, 0, 1.0, 0.0, 7};
+    EXPECT_EQ(cand[i].top.size(), i % 2 ? size_t(256) : size_t(0)) << "row " << i;
+    EXPECT_EQ(sample_candidates(cand[i], p, int64_t(i) + 1), sample_token(l, V, p, int64_t(i) + 1)) << "row " << i;
+  }
+  // A row at a temperature asking for no candidates would be drawn from its argmax: refused.
+  mixed[0].temperature = 0.5;
+  EXPECT_THROW(m.model->forward_sample(rows, mixed, cand), Error);
 }
 
 TEST(CudaModel, RefusesWhatItCannotRun) {

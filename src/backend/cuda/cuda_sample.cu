@@ -51,6 +51,7 @@ struct Part {  // one chunk's share of a row
   Best g, gb;
   double s, st;  // sum of exp(l - g.v) and of exp(l/T - g.v/T) over the chunk (0 when g.v is -inf)
   int32_t n;
+  int32_t nan;               // a NaN in the chunk
   float logit[kCandidates];  // the chunk's top candidates in id order
   int32_t id[kCandidates];
 };
@@ -198,11 +199,18 @@ __global__ void __launch_bounds__(kT)
   const SampleRow p = params[blockIdx.y];
   Part& o = parts[blockIdx.y * nb + blockIdx.x];
   Best g{-INFINITY, -INFINITY, INT32_MAX};
+  bool nan = false;
   for (int64_t v = c0 + threadIdx.x; v < c1; v += kT) {
     Best c{double(l[v]), l[v], int32_t(v)};
     if (better(c, g)) g = c;
+    nan |= isnan(l[v]);
   }
   g = block_best<kT>(g, sb);
+  nan = __syncthreads_or(nan) != 0 && !(TF_DCTL(164) && !p.candidates);  // planted: an argmax row's NaN unseen
+  if (!p.candidates) {  // a greedy row without logprobs: its argmax and NaN flag are all the merge reads
+    if (threadIdx.x == 0) o.g = g, o.gb = g, o.s = 0, o.st = 0, o.n = 0, o.nan = nan;
+    return;
+  }
   double s = 0;
   if (g.v != -INFINITY)
     for (int64_t v = c0 + threadIdx.x; v < c1; v += kT)
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(kT)
   }
   const int64_t want = c1 - c0 < kCandidates ? c1 - c0 : kCandidates;
   select_top<kT>(ChunkSrc{l, c0}, c1 - c0, want, o.logit, o.id, sh);
-  if (threadIdx.x == 0) o.g = g, o.gb = gb, o.s = s, o.st = st, o.n = int32_t(want);
+  if (threadIdx.x == 0) o.g = g, o.gb = gb, o.s = s, o.st = st, o.n = int32_t(want), o.nan = nan;
 }
 
 struct PartSrc {  // the chunks' candidates, their logits staged in shared memory
@@ -252,6 +260,19 @@ __global__ void __launch_bounds__(kMergeT)
   const Part* pr = parts + blockIdx.x * nb;
   const SampleRow p = params[blockIdx.x];
   RowCandidatesDev& o = out[blockIdx.x];
+  if (!p.candidates) {  // argmax only: the chunks' bests under the total order, and whether any chunk saw a NaN
+    Best g{-INFINITY, -INFINITY, INT32_MAX};
+    bool nan = false;
+    for (int64_t b = threadIdx.x; b < nb - (TF_DCTL(165) ? 1 : 0); b += kMergeT) {  // planted: the last chunk unread
+      if (better(pr[b].g, g)) g = pr[b].g;
+      nan |= pr[b].nan != 0;
+    }
+    g = block_best<kMergeT>(g, sb);
+    nan = __syncthreads_or(nan) != 0;
+    if (threadIdx.x == 0)
+      o.greedy = o.gumbel = g.id, o.gumbel_logit = g.l, o.n = 0, o.lse = o.max_t = o.sum_t = 0, o.nan = nan;
+    return;
+  }
   for (int64_t b = threadIdx.x; b < nb; b += kMergeT) n[b] = pr[b].n;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < nb * kCandidates; i += kMergeT)
@@ -267,6 +288,9 @@ __global__ void __launch_bounds__(kMergeT)
   }
   g = block_best<kMergeT>(g, sb);
   gb = block_best<kMergeT>(gb, sb);
+  bool nan = false;
+  for (int64_t b = threadIdx.x; b < nb; b += kMergeT) nan |= pr[b].nan != 0;
+  nan = __syncthreads_or(nan) != 0;
   const double max_t = p.temperature > 0 ? g.v / p.temperature : 0;
   for (int64_t b = threadIdx.x; b < nb; b += kMergeT) {
     const double v = pr[b].g.v;
@@ -288,6 +312,7 @@ __global__ void __launch_bounds__(kMergeT)
     o.lse = g.v + log(s);
     o.max_t = max_t;
     o.sum_t = st;
+    o.nan = nan;
   }
 }
 

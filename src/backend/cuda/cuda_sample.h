@@ -12,7 +12,8 @@ constexpr int64_t kMaxSampledVocab = 200 * 4096;  // the merge stages 1 KB per 4
 struct SampleRow {         // host-packed, one per logits row
   double temperature = 0;  // <= 0: greedy only
   uint64_t seed = 0;
-  int64_t pos = 0;  // absolute position of the token being drawn
+  int64_t pos = 0;         // absolute position of the token being drawn
+  int32_t candidates = 1;  // 0: greedy without logprobs, only the argmax and the NaN flag are made
 };
 
 struct RowCandidatesDev {
@@ -22,6 +23,7 @@ struct RowCandidatesDev {
   int32_t n = 0;                // candidates written (min(kCandidates, n_vocab))
   double lse = 0;               // log-sum-exp of the logits (temperature 1), for logprobs
   double max_t = 0, sum_t = 0;  // max of logit/T and sum of exp(logit/T - max_t) over the vocabulary
+  int32_t nan = 0;              // a NaN among the row's logits (either sign, which the candidates alone would miss)
   float logit[kCandidates];     // the kCandidates largest (logit desc, id asc), in id order
   int32_t id[kCandidates];
 };

@@ -321,13 +321,17 @@ std::vector<KernelRecord> make_records() {
        "cuda",
        {"f32"},
        "vocabularies up to 819,200 entries, up to 65,535 rows; 256 candidates per row, a block per 4096-logit chunk "
-       "then one merging block per row",
+       "then one merging block per row; rows asking no candidates (greedy, no logprobs) get the argmax alone",
        "V 819200 (the largest accepted), 128256, 49152, 1000, 100; 7 rows incl. ties across the cut (in one chunk "
-       "and over all chunks) and a tied maximum; each row alone",
-       "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1)",
+       "and over all chunks), a tied maximum and a maximum in the last chunk; then argmax rows mixed with candidate "
+       "rows, a NaN of either sign in each kind; each row alone",
+       "candidates, greedy and keyed Gumbel pick exact; lse within V * 2^-52 * (|lse| + 1); argmax exact, the NaN "
+       "flag set exactly on rows holding one; candidate rows beside argmax rows byte-equal",
        {{161, "lse summed from float exps"},
         {162, "ties go to the higher id"},
-        {163, "the highest ids among ties at the cut"}}});
+        {163, "the highest ids among ties at the cut"},
+        {164, "an argmax row's NaN left unflagged"},
+        {165, "argmax rows' merge skips the last chunk"}}});
   return r;
 }
 

@@ -109,7 +109,10 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     TF_CHECK(int64_t(sampling->size()) == n_logits, "{} sampling rows for {} logits rows", sampling->size(), n_logits);
     for (int64_t i = 0; i < n_logits; ++i) {
       const RowSampling& s = (*sampling)[size_t(i)];
-      L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos};
+      // Without candidates a row gets its argmax alone, which only a greedy draw may take.
+      TF_CHECK(s.candidates || s.temperature <= 0, "sampling row {} at temperature {} asks for no candidates", i,
+               s.temperature);
+      L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos, s.candidates ? 1 : 0};
     }
   }
   // Each sequence's keys as the prompt attention converts them once a layer.
@@ -440,9 +443,8 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
   for (int64_t i = 0; i < m; ++i) {
     const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + logit_slot_[size_t(i)];
     // A row with no finite logit has no candidate to give (its argmax is the kernel's out-of-range sentinel).
+    if (d->nan) fail("logits row {} holds NaN", i);
     if (d->greedy < 0 || d->greedy >= cfg_.n_vocab) fail("logits row {} has no finite value", i);
-    for (int32_t j = 0; j < d->n; ++j)
-      if (std::isnan(d->logit[j])) fail("logits row {} holds NaN", i);
     RowCandidates& r = out[size_t(i)];
     r.greedy = d->greedy, r.gumbel = d->gumbel, r.gumbel_logit = d->gumbel_logit;
     r.lse = d->lse, r.max_t = d->max_t, r.sum_t = d->sum_t;
