@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstddef>
 #include <deque>
 #include <limits>
 
@@ -275,6 +276,13 @@ std::string check_cuda_gather() {
 
 namespace {
 
+// The bytes a row's call wrote: its fields and its n candidates (an argmax row's arrays are left as they were).
+bool same_row(const cuda::RowCandidatesDev& a, const cuda::RowCandidatesDev& b) {
+  return std::memcmp(&a, &b, offsetof(cuda::RowCandidatesDev, logit)) == 0 &&
+         std::memcmp(a.logit, b.logit, size_t(a.n) * sizeof(float)) == 0 &&
+         std::memcmp(a.id, b.id, size_t(a.n) * sizeof(int32_t)) == 0;
+}
+
 // Rows asking for no candidates (greedy without logprobs) mixed with rows asking for them: the argmax rows give the
 // reference argmax and the NaN flag alone, and the other rows the bytes they gave in a call of candidate rows only.
 std::string check_argmax_rows(int64_t V, std::vector<float> l, int64_t rows, const std::vector<cuda::SampleRow>& sp,
@@ -301,13 +309,13 @@ std::string check_argmax_rows(int64_t V, std::vector<float> l, int64_t rows, con
       if (o.greedy != best || o.gumbel != best || o.n != 0)
         return fmt::format("V={} argmax row {}: greedy {} gumbel {} n {}, expected {}", V, r, o.greedy, o.gumbel, o.n,
                            best);
-    } else if (!nan_row && std::memcmp(&o, &full[size_t(r)], sizeof(o)) != 0) {
+    } else if (!nan_row && !same_row(o, full[size_t(r)])) {
       return fmt::format("V={} row {}: a candidates row differs beside argmax rows", V, r);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {  // row invariance: alone, the same bytes
     cuda::candidates(dl.p + r * V, 1, V, dsp.p + r, dout.p + rows, scratch.p);
-    if (std::memcmp(&dout.get()[size_t(rows)], &out[size_t(r)], sizeof(out[0])) != 0)
+    if (!same_row(dout.get()[size_t(rows)], out[size_t(r)]))
       return fmt::format("V={} row {} of the mixed call differs when computed alone", V, r);
   }
   return {};

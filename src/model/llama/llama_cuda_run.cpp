@@ -109,9 +109,6 @@ int64_t LlamaCudaModel::stage_inputs(const std::vector<BatchRow>& rows, const st
     TF_CHECK(int64_t(sampling->size()) == n_logits, "{} sampling rows for {} logits rows", sampling->size(), n_logits);
     for (int64_t i = 0; i < n_logits; ++i) {
       const RowSampling& s = (*sampling)[size_t(i)];
-      // Without candidates a row gets its argmax alone, which only a greedy draw may take.
-      TF_CHECK(s.candidates || s.temperature <= 0, "sampling row {} at temperature {} asks for no candidates", i,
-               s.temperature);
       L.samples(h)[i] = cuda::SampleRow{s.temperature, s.seed, s.pos, s.candidates ? 1 : 0};
     }
   }
@@ -434,6 +431,10 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
                                     std::vector<RowCandidates>& out) {
   out.clear();
   if (rows.empty()) return;
+  // Without candidates a row gets its argmax alone, which only a greedy draw may take.
+  for (size_t i = 0; i < sampling.size(); ++i)
+    if (!sampling[i].candidates && sampling[i].temperature > 0)
+      fail("sampling row {} at temperature {} asks for no candidates", i, sampling[i].temperature);
   const int64_t m = run_round(rows, &sampling);
   last_logit_rows_ = m;
   cand_host_.resize(size_t(m) * sizeof(cuda::RowCandidatesDev));
