@@ -197,5 +197,50 @@ TEST(EnginePromptRows, PromptRowsAreMarkedAndOnlyTheirKvIsCachedWhereTheirArithm
   }
 }
 
+// Samples on its "device": records which rows asked for candidates; every row's argmax and draw are token 100.
+class SamplingModel : public TestModel {
+ public:
+  bool device_sampling() const override { return true; }
+  void forward(const std::vector<BatchRow>&, float*) override { throw std::runtime_error("forward_sample only"); }
+  void forward_sample(const std::vector<BatchRow>&, const std::vector<RowSampling>& sampling,
+                      std::vector<RowCandidates>& out) override {
+    out.clear();
+    for (const RowSampling& s : sampling) {
+      asked.push_back(s.candidates);
+      RowCandidates c;
+      c.greedy = c.gumbel = 100, c.gumbel_logit = 10.0f;
+      if (s.candidates) c.top = {{10.0f, 100}, {0.0f, 0}, {0.0f, 1}}, c.lse = 10.0, c.max_t = 10.0, c.sum_t = 1.0;
+      out.push_back(c);
+    }
+  }
+  std::vector<bool> asked;
+};
+
+TEST(EngineSampling, OnlyGreedyRowsWithoutLogprobsAskTheDeviceForTheirArgmaxAlone) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  struct Case {
+    double temperature;
+    int top_logprobs;
+    bool candidates;
+  };
+  for (const Case& k : {Case{0.0, -1, false}, Case{0.0, 2, true}, Case{0.8, -1, true}}) {
+    SamplingModel model;
+    EngineOptions o;
+    o.parallel = 1, o.context = 64, o.page_size = 16, o.drafter = "none";
+    Engine engine(model, *tokp, o);
+    EngineRequest r = request();
+    r.sampling.temperature = k.temperature, r.top_logprobs = k.top_logprobs;
+    const EngineResult res = engine.submit(r)->wait_result();
+    EXPECT_EQ(res.ids, (std::vector<int32_t>{100, 100, 100}));
+    ASSERT_EQ(model.asked.size(), 3u);
+    for (bool a : model.asked) EXPECT_EQ(a, k.candidates) << "temperature " << k.temperature;
+    if (k.top_logprobs > 0) {
+      ASSERT_EQ(res.logprobs.size(), 3u);
+      EXPECT_EQ(res.logprobs[0].top.size(), 2u);
+      EXPECT_FLOAT_EQ(res.logprobs[0].logprob, 0.0f);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tf
