@@ -18,7 +18,7 @@ namespace {
 
 using namespace tf;
 
-constexpr int64_t kHeads = 32, kKvHeads = 8, kD = 128, kPage = 16, kMaxKeys = 8192, kSeqs = 32;
+constexpr int64_t kHeads = 32, kKvHeads = 8, kD = 128, kPage = 16, kMaxKeys = 8192, kSeqs = 128;
 
 using cuda::upload;
 
@@ -65,9 +65,11 @@ int main() {
     int64_t rows, seqs, first_pos;
   };
   // Decode: one row of each of `seqs` sequences at first_pos; prefill: `rows` consecutive positions of one sequence.
-  const Case cases[] = {{"decode", 1, 1, 63},   {"decode", 1, 1, 255},     {"decode", 8, 8, 127},
-                        {"decode", 1, 1, 4095}, {"decode", 1, 1, 8191},    {"decode", 32, 32, 1023},
-                        {"prefill", 512, 1, 0}, {"prefill", 512, 1, 3584}, {"prefill", 512, 1, 7680}};
+  const Case cases[] = {{"decode", 1, 1, 63},      {"decode", 1, 1, 255},   {"decode", 8, 8, 127},
+                        {"decode", 16, 16, 127},   {"decode", 32, 32, 127}, {"decode", 64, 64, 127},
+                        {"decode", 128, 128, 127}, {"decode", 1, 1, 4095},  {"decode", 1, 1, 8191},
+                        {"decode", 32, 32, 1023},  {"prefill", 512, 1, 0},  {"prefill", 512, 1, 3584},
+                        {"prefill", 512, 1, 7680}};
   for (const Case& c : cases) {
     std::vector<int32_t> pos(size_t(c.rows)), seq(size_t(c.rows));
     double pairs = 0;  // (row, key) pairs attended, per head
