@@ -108,7 +108,9 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (b >= 0 && !attention_build_takes(b, chunks.max_keys)) b = -1;
   if (b < 0) {
     const bool runs = chunks.seqs > 0 && n_rows >= 2 * rt * chunks.seqs;
-    b = one_fits && n_rows * n_kv_head <= sms               ? kOneBuild
+    // Rows each of its own sequence: a tile walks their passes in turn, so a block a row wins up to four waves.
+    const bool own = chunks.seqs >= n_rows && n_rows * n_kv_head <= 4 * sms;
+    b = one_fits && (n_rows * n_kv_head <= sms || own)      ? kOneBuild
         : !parallel && runs && tiles / 2 * n_kv_head >= sms ? 2
                                                             : tiles * n_kv_head * (parallel ? n_chunks : 1) > sms;
   }
