@@ -113,16 +113,25 @@ std::string check_case(int64_t hd, int64_t nh, int64_t nkv, std::mt19937& rng, b
     if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
       why = fmt::format("hd {}: the in-block walk differs from the chunk-parallel run at {}", hd, d);
     // Every build forced on every path (chunk-parallel, walked, split output): these grids would not pick them.
+    // A build that does not take a call (the one-row build past one chunk, or with no key bound) is not forced there.
     for (int b = 0; b < cuda::attention_builds() && why.empty(); ++b) {
+      if (!cuda::attention_build_takes(b, call_keys)) continue;
       struct Force {
         explicit Force(int k) { cuda::attention_force_build(k); }
         ~Force() { cuda::attention_force_build(-1); }
       } force(b);
+      const bool one_row = !cuda::attention_build_takes(b, int64_t(1) << 20);
       for (int walk = 0; walk < 2 && why.empty(); ++walk) {
+        if (walk && !cuda::attention_build_takes(b, 0)) continue;
+        const int64_t launches = cuda::attention_one_row_launches();
         if (walk)
           cuda::attention_mma(dq, qs, rows, dpos, dseq, kv, nh, nkv, hd, scale, dout);
         else
           run(dq, rows, dpos, dseq);
+        if (one_row && cuda::attention_one_row_launches() == launches) {
+          why = fmt::format("hd {}: the one-row build, forced, did not run", hd);
+          break;
+        }
         cuda::copy_to_host(walked.data(), dout, walked.size() * 4);
         if (int64_t d = first_bit_difference(walked.data(), out.data(), out.size()); d >= 0)
           why = fmt::format("hd {}: the build '{}' differs ({}) at {}", hd, cuda::attention_build_name(b),
@@ -203,6 +212,11 @@ std::string check_cuda_attention_mma() {
   if (auto why = check_case(128, 32, 8, rng, true, near, seq, 30, 3.4e38f); !why.empty())
     return why + " (one chunk, past bf16)";
   if (cuda::attention_one_row_launches() == one_before) return "the one-row build never ran on one-chunk rows";
+  // More one-chunk rows than a wave of blocks a row: by shape the tiles run, forced the one-row build must match them.
+  std::vector<int32_t> many, many_seq;
+  for (int32_t p = 100; p < 137; ++p) many.push_back(p), many_seq.push_back(0);
+  for (int32_t p : {3, 60, 200}) many.push_back(p), many_seq.push_back(1);
+  if (auto why = check_case(128, 32, 8, rng, true, many, many_seq); !why.empty()) return why + " (one chunk, 40 rows)";
   pos.clear(), seq.clear();
   for (int32_t p = 500; p < 537; ++p) pos.push_back(p), seq.push_back(0);
   pos.insert(pos.begin() + 9, 40), seq.insert(seq.begin() + 9, 1);

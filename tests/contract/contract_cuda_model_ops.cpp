@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstddef>
+#include <cstring>
 #include <deque>
 #include <limits>
 
@@ -287,9 +287,11 @@ bool same_row(const cuda::RowCandidatesDev& a, const cuda::RowCandidatesDev& b) 
 // reference argmax and the NaN flag alone, and the other rows the bytes they gave in a call of candidate rows only.
 std::string check_argmax_rows(int64_t V, std::vector<float> l, int64_t rows, const std::vector<cuda::SampleRow>& sp,
                               const std::vector<cuda::RowCandidatesDev>& full) {
-  // Row 5's NaN (negative: below every candidate's key) in its last chunk, row 6's positive NaN in its first.
-  l[size_t(5 * V + V - 2)] = -std::numeric_limits<float>::quiet_NaN();
-  l[size_t(6 * V + 1)] = std::numeric_limits<float>::quiet_NaN();
+  // NaNs of both signs (a negative one sorts below every candidate's key): candidate row 5 holds one of each, argmax
+  // rows 0 and 6 a negative one mid-row and a positive one in the first chunk.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), neg_nan = std::copysign(nan, -1.0f);
+  l[size_t(5 * V + V - 2)] = neg_nan, l[size_t(5 * V + 7)] = nan;
+  l[size_t(0 * V + V / 2)] = neg_nan, l[size_t(6 * V + 1)] = nan;
   std::vector<cuda::SampleRow> mixed = sp;
   for (int64_t r = 0; r < rows; r += 2) mixed[size_t(r)] = {0.0, 0, 0, 0};
   Buf<float> dl(l);
@@ -300,7 +302,7 @@ std::string check_argmax_rows(int64_t V, std::vector<float> l, int64_t rows, con
   const auto out = dout.get();
   for (int64_t r = 0; r < rows; ++r) {
     const cuda::RowCandidatesDev& o = out[size_t(r)];
-    const bool nan_row = r == 5 || r == 6;
+    const bool nan_row = r == 0 || r == 5 || r == 6;
     if (o.nan != (nan_row ? 1 : 0)) return fmt::format("V={} row {}: NaN flag {} in the mixed call", V, r, o.nan);
     if (r % 2 == 0) {
       int32_t best = -1;  // the first of the largest non-NaN logits

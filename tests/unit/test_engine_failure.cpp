@@ -240,6 +240,18 @@ TEST(EngineSampling, OnlyGreedyRowsWithoutLogprobsAskTheDeviceForTheirArgmaxAlon
       EXPECT_FLOAT_EQ(res.logprobs[0].logprob, 0.0f);
     }
   }
+  // A greedy and a sampled request served together: each row asks as its own request needs.
+  SamplingModel model;
+  EngineOptions o;
+  o.parallel = 2, o.context = 64, o.page_size = 16, o.drafter = "none";
+  Engine engine(model, *tokp, o);
+  EngineRequest greedy = request(), sampled = request();
+  sampled.sampling.temperature = 0.7;
+  auto a = engine.submit(greedy), b = engine.submit(sampled);
+  EXPECT_EQ(a->wait_result().ids.size(), 3u);
+  EXPECT_EQ(b->wait_result().ids.size(), 3u);
+  EXPECT_EQ(std::count(model.asked.begin(), model.asked.end(), true), 3);
+  EXPECT_EQ(std::count(model.asked.begin(), model.asked.end(), false), 3);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 #include "backend/cuda/cuda_stream.cuh"
 
 // Two kernels per logits row: blocks over fixed 4096-logit chunks (their count depends on the vocabulary only) each
-// find their chunk's best, sums and top candidates; one block per row merges them in chunk order.
+// find their chunk's best, NaN flag, sums and top candidates (an argmax row: best and flag only); one block per row
+// merges them in chunk order.
 namespace tf::cuda {
 namespace {
 

@@ -208,13 +208,13 @@ std::vector<KernelRecord> make_records() {
        "head, causal over [0, pos], any rows of any sequences",
        "head_dim 64 and 128, 9/3, 32/8, 4/4 and 16/1 heads; decode rows of two sequences (up to 2000 keys: 8 "
        "chunks, a block each, then the combine; within one chunk, with a NaN value and one past bf16 too, the keys "
-       "pulled into L2 before the wait, bit-equal to the run without the pull, a block a row, which must run); a "
-       "37-row prefill chunk (chunks walked in one block) "
-       "with another "
-       "sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk (rows before it stay "
+       "pulled into L2 before the wait, bit-equal to the run without the pull, a block a row, which must run; 40 "
+       "such rows, past a wave of blocks a row, forced onto it); a 37-row prefill chunk (chunks walked in one "
+       "block) with another sequence's rows inside; a NaN value, and one past bf16's range (3.4e38), inside the chunk "
+       "(rows before it stay "
        "finite, rows after it NaN); pages of 16, 32 and 48 tokens; 8-token pages refused; every row against itself "
        "alone at its own key count; each case on every build (one tile a block at one or two blocks an SM, two "
-       "tiles a block, a block a row where the keys fit one chunk) on every path",
+       "tiles a block, a block a row where the keys fit one chunk, which must then run) on every path it takes",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
        "3 n_chunks) * 2^-24)",
        {{141, "one key past the causal limit read"},

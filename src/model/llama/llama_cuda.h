@@ -121,7 +121,8 @@ class LlamaCudaModel : public Model {
   int64_t last_logit_rows_ = 0;
   bool prompt_f16_ = false;                                     // some product takes gemv_prompt for prompt rows
   std::vector<int64_t> logit_slot_;                             // the device row of each logits row of the last round
-  std::map<std::tuple<int64_t, int64_t, bool>, void*> graphs_;  // decode rounds: (rows, table width, sampling)
+  // Decode rounds: (rows, table width, sampling, each row its own sequence).
+  std::map<std::tuple<int64_t, int64_t, bool, bool>, void*> graphs_;
   uint64_t graphs_generation_ = 0;                              // the product scratch the graphs captured
   std::vector<char> cand_host_;
 };

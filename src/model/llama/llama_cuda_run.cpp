@@ -344,7 +344,8 @@ void LlamaCudaModel::run(const std::vector<BatchRow>& rows, const std::vector<Ro
     // Decode-shaped rounds: every input sits at a fixed staging address, so one graph per shape replays them.
     if (graphs_generation_ != cuda::gemv_scratch_generation()) drop_graphs();
     graphs_generation_ = cuda::gemv_scratch_generation();
-    auto key = std::make_tuple(n, width, sample);
+    // Whether each row is its own sequence picks attention's build, so a graph holds it too.
+    auto key = std::make_tuple(n, width, sample, round_seqs_ >= n);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cuda::capture_begin();
