@@ -206,7 +206,7 @@ def test_info_names_the_prompt_chunk_its_backend_serves_with(tf_bin, model_path)
     assert re.search(r"^serve --chunk: 128 prompt tokens", cpu.stdout, re.M), shown(cpu)
 
 
-@pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 3"), ("TF_MMA_SPLIT", "yes", "0 to 1"),
+@pytest.mark.parametrize("name,bad,takes", [("TF_ATTN_BUILD", "9", "0 to 4"), ("TF_MMA_SPLIT", "yes", "0 to 1"),
                                              ("TF_MMA_WGMMA", "off", "0 to 1"), ("TF_CUDA_PDL", "2", "0 to 1"),
                                              ("TF_CUDA_PREFETCH", "on", "0 to 1"), ("TF_MMA_GROUP", "3", "0 to 2"),
                                              ("TF_MMA_PREWAIT", "yes", "0 to 1"), ("TF_ATTN_PULL", "on", "0 to 1"),

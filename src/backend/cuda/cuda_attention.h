@@ -47,7 +47,7 @@ bool attention_build_takes(int b, int64_t max_keys);
 void attention_force_build(int b);
 // For tests: 1 asks L2 for a one-chunk call's keys before the wait, 0 never, -1 back to TF_ATTN_PULL (default on).
 void attention_set_pull(int mode);
-// Launches of the build that gives a row its own block (keys within one chunk), for the contract to see it ran.
+// Launches of the builds that give a row its own block (keys within one chunk), for the contract to see them run.
 int64_t attention_one_row_launches();
 
 // With xs/xsum, out is also written split for the output product (cuda_gemv.h SplitX, rows of n_head * head_dim).

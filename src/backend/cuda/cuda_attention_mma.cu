@@ -26,10 +26,11 @@ struct Build {
 constexpr Build kBuilds[] = {{1, 1, false, "one tile a block, one block an SM"},
                              {2, 1, false, "one tile a block, two blocks an SM"},
                              {2, 2, false, "two tiles a block, two blocks an SM"},
-                             {1, 1, true, "a block a row of at most 256 keys"}};
+                             {1, 1, true, "a block a row of at most 256 keys"},
+                             {2, 1, true, "a block a row of at most 256 keys, two blocks an SM"}};
 constexpr int kNumBuilds = int(sizeof(kBuilds) / sizeof(kBuilds[0]));
-constexpr int kOneBuild = 3;
-static_assert(kBuilds[kOneBuild].one);
+constexpr int kOneBuild = 3, kOneBuild2 = 4;
+static_assert(kBuilds[kOneBuild].one && kBuilds[kOneBuild2].one && kBuilds[kOneBuild2].blocks == 2);
 
 std::atomic<int> g_force{-1};
 std::atomic<int64_t> g_one_launches{0};
@@ -108,9 +109,10 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (b >= 0 && !attention_build_takes(b, chunks.max_keys)) b = -1;
   if (b < 0) {
     const bool runs = chunks.seqs > 0 && n_rows >= 2 * rt * chunks.seqs;
-    // Rows each of its own sequence: a tile walks their passes in turn, so a block a row wins up to four waves.
-    const bool own = chunks.seqs >= n_rows && n_rows * n_kv_head <= 4 * sms;
-    b = one_fits && (n_rows * n_kv_head <= sms || own)      ? kOneBuild
+    // Rows each of its own sequence past a wave: a tile walks their passes in turn, so a block a row at two an SM.
+    const bool own = chunks.seqs >= n_rows && n_rows * n_kv_head <= 8 * sms;
+    b = one_fits && n_rows * n_kv_head <= sms               ? kOneBuild
+        : one_fits && own                                   ? kOneBuild2
         : !parallel && runs && tiles / 2 * n_kv_head >= sms ? 2
                                                             : tiles * n_kv_head * (parallel ? n_chunks : 1) > sms;
   }

@@ -214,7 +214,8 @@ std::vector<KernelRecord> make_records() {
        "(rows before it stay "
        "finite, rows after it NaN); pages of 16, 32 and 48 tokens; 8-token pages refused; every row against itself "
        "alone at its own key count; each case on every build (one tile a block at one or two blocks an SM, two "
-       "tiles a block, a block a row where the keys fit one chunk, which must then run) on every path it takes",
+       "tiles a block, a block a row at one or two blocks an SM where the keys fit one chunk, which must then run) on "
+       "every path it takes",
        "|o - o64| <= sum p_j|v_j| * (2 max_s (4 * 2^-16 + 3 hd 2^-22) + 6 * 2^-16 + (n_keys/16 + 16) 2^-22 + (16 + "
        "3 n_chunks) * 2^-24)",
        {{141, "one key past the causal limit read"},
