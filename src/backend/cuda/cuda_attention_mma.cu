@@ -122,7 +122,7 @@ void attention_mma(const float* q, int64_t q_stride, int64_t n_rows, const int32
   if (kBuilds[b].one) g_one_launches.fetch_add(1);
   auto* x4 = static_cast<uint4*>(xs);
   // Keys and values pulled into L2 before the wait only within one chunk: past it they take DRAM from the product.
-  const bool pull = pull_on() && chunks.max_keys > 0 && chunks.max_keys <= kChunkKeys;
+  const bool pull = pull_on() && one_fits;
   auto go = [&](auto launch) {
     launch(grid, q, q_stride, n_rows, pos, row_seq, kv, int(n_head), int(n_kv_head), scale, out, x4, xsum, part, pull);
   };

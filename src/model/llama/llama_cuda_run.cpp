@@ -444,8 +444,8 @@ void LlamaCudaModel::forward_sample(const std::vector<BatchRow>& rows, const std
   out.resize(size_t(m));
   for (int64_t i = 0; i < m; ++i) {
     const auto* d = reinterpret_cast<const cuda::RowCandidatesDev*>(cand_host_.data()) + logit_slot_[size_t(i)];
-    // A row with no finite logit has no candidate to give (its argmax is the kernel's out-of-range sentinel).
     if (d->nan) fail("logits row {} holds NaN", i);
+    // A row with no finite logit has no candidate to give (its argmax is the kernel's out-of-range sentinel).
     if (d->greedy < 0 || d->greedy >= cfg_.n_vocab) fail("logits row {} has no finite value", i);
     RowCandidates& r = out[size_t(i)];
     r.greedy = d->greedy, r.gumbel = d->gumbel, r.gumbel_logit = d->gumbel_logit;
