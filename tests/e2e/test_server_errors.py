@@ -147,3 +147,37 @@ def test_chat_max_completion_tokens_past_context_is_named(server, alive):
     body = {k: v for k, v in {**GOOD_CHAT, **fields}.items() if k != "max_tokens"}
     status, got, raw = post_json(server.base_url, "/v1/chat/completions", body)
     check_error_body(status, got, raw, 400, param="max_completion_tokens", words=["max_completion_tokens"])
+
+
+@pytest.fixture(scope="module")
+def nan_server(tf_bin, model_path, tmp_path_factory):
+    """A server over a copy of the model whose final norm weights are NaN, so every logits row is NaN."""
+    gguf = pytest.importorskip("gguf")
+    from conftest import launch_server
+    d = tmp_path_factory.mktemp("nan")
+    path = d / "nan-norm.gguf"
+    raw = bytearray(open(model_path, "rb").read())
+    t = next(t for t in gguf.GGUFReader(str(model_path)).tensors if t.name == "output_norm.weight")
+    assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.tensor_type
+    raw[t.data_offset:t.data_offset + 4 * t.n_elements] = b"\x00\x00\xc0\x7f" * t.n_elements
+    path.write_bytes(bytes(raw))
+    handle = launch_server(tf_bin, str(path), d / "server.log", ["--context", str(CONTEXT)])
+    yield handle
+    handle.stop()
+
+
+# (case id, fields over a good completion request; completions serve a model without a chat template too): the
+# device's argmax-only row, its candidate rows, its rows that fetch full logits.
+NAN_CASES = [("greedy", {}), ("sampled", {"temperature": 0.8, "seed": 3}), ("logprobs", {"logprobs": 2}),
+             ("top-k", {"temperature": 0.8, "top_k": 5}), ("top-p", {"temperature": 0.8, "top_p": 0.5})]
+
+
+@pytest.mark.parametrize("fields", [c[1] for c in NAN_CASES], ids=[c[0] for c in NAN_CASES])
+def test_nan_logits_fail_the_request_and_the_server_serves_on(nan_server, fields):
+    status, body, raw = post_json(nan_server.base_url, "/v1/completions", {**GOOD_COMPLETION, **fields})
+    check_error_body(status, body, raw, 500, words=["logits row 0 holds NaN"])
+    status, _, raw = request(nan_server.base_url, "POST", "/v1/completions",
+                             json.dumps({**GOOD_COMPLETION, **fields, "stream": True}))
+    assert status in (200, 500) and b"holds NaN" in raw and b'"finish_reason":"stop"' not in raw, raw[:800]
+    status, _, raw = request(nan_server.base_url, "GET", "/health")
+    assert status == 200, raw

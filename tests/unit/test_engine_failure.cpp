@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -78,6 +79,33 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
   EXPECT_EQ(ok.finish_reason, "length");
   EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
   EXPECT_TRUE(ok.error.empty());
+}
+
+// Its first forward plants a negative NaN at the last id of its one logits row; afterwards it prefers token 100.
+class NanModel : public TestModel {
+ public:
+  void forward(const std::vector<BatchRow>& rows, float* logits) override {
+    fill(rows, logits, [](int32_t) { return 100; });
+    if (!planted_) planted_ = true, logits[info_.n_vocab - 1] = -std::numeric_limits<float>::quiet_NaN();
+  }
+
+ private:
+  bool planted_ = false;
+};
+
+TEST(EngineFailure, ANanLogitEndsTheRequestWithAClearErrorAndTheEngineServesOn) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  NanModel model;
+  EngineOptions o;
+  o.parallel = 2, o.context = 64, o.page_size = 16, o.prompt_cache_gib = 0.001;
+  Engine engine(model, *tokp, o);
+  const EngineResult failed = engine.submit(request())->wait_result();
+  EXPECT_EQ(failed.finish_reason, "error");
+  EXPECT_EQ(failed.error, "logits row 0 holds NaN");
+  EXPECT_TRUE(failed.ids.empty());
+  const EngineResult ok = engine.submit(request())->wait_result();
+  EXPECT_EQ(ok.finish_reason, "length");
+  EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
 }
 
 // Records the reservation and every round's size; holds its first round until opened; refuses when told to.

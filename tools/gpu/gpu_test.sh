@@ -24,7 +24,8 @@ grep -E "SUMMARY|FAIL|NOT CAUGHT|tests passed|GREEDY|Failure|Expected|Which is" 
 if [ -n "${TF_MODEL:-}" ] && [ -f "$TF_MODEL" ]; then
   # The engine's exactness tests and the float64 oracle, served by the CUDA binary (--backend auto picks the GPU).
   TF_BIN=$PWD/build/cuda-release/tensorfold PYTHONUNBUFFERED=1 timeout 900 python3 -m pytest -q -x -rs \
-    tests/e2e/test_engine_exactness.py tests/e2e/test_llama_oracle.py tests/e2e/test_server_api.py tests/e2e/test_cli.py \
+    tests/e2e/test_engine_exactness.py tests/e2e/test_llama_oracle.py tests/e2e/test_server_api.py \
+    tests/e2e/test_server_errors.py tests/e2e/test_cli.py \
     -p no:cacheprovider > "$LOGS/pytest_cuda.txt" 2>&1
   prc=$?
   tail -15 "$LOGS/pytest_cuda.txt"
