@@ -283,14 +283,14 @@ __global__ void __launch_bounds__(kMergeT)
   select_top<kMergeT>(PartSrc{pr, staged, n}, nb * kCandidates, want, o.logit, o.id, sh);
   // Bests under a total order (any merge order), each chunk's factor in parallel, the terms added in chunk order.
   Best g{-INFINITY, -INFINITY, INT32_MAX}, gb = g;
+  bool nan = false;
   for (int64_t b = threadIdx.x; b < nb; b += kMergeT) {
     if (better(pr[b].g, g)) g = pr[b].g;
     if (better(pr[b].gb, gb)) gb = pr[b].gb;
+    nan |= pr[b].nan != 0;
   }
   g = block_best<kMergeT>(g, sb);
   gb = block_best<kMergeT>(gb, sb);
-  bool nan = false;
-  for (int64_t b = threadIdx.x; b < nb; b += kMergeT) nan |= pr[b].nan != 0;
   nan = __syncthreads_or(nan) != 0;
   const double max_t = p.temperature > 0 ? g.v / p.temperature : 0;
   for (int64_t b = threadIdx.x; b < nb; b += kMergeT) {
