@@ -271,6 +271,14 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
   MmaGroup g{};
   g.count = count;
   g.rope = rope;
+  // The costliest tiles launch first so that the second wave's blocks are the cheap ones (Q4_K_M's Q6_K V before its
+  // Q4_K Q and K); RoPE in the launch needs Q, K, V in place. Each block's sum is its own: the same bits either way.
+  int order[kMmaGroupMax];
+  for (int j = 0; j < count; ++j) order[j] = j;
+  if (!rope.on)
+    std::stable_sort(order, order + count, [&](int a, int b) {
+      return device_matrix_bytes(ws[a]->type, ws[a]->n_in, 16) > device_matrix_bytes(ws[b]->type, ws[b]->n_in, 16);
+    });
   for (int i = 0; i < count; ++i) {
     const DeviceMatrix& w = *ws[i];
     if (!w.mma || w.n_in != ws[0]->n_in || w.slices != ws[0]->slices) return false;
@@ -278,8 +286,10 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
       if (other != ws[0]->type && w.type != other) return false;  // a third format
       other = w.type;
     }
-    blocks += (w.n_out + 15) / 16;
-    g.end[i] = blocks;
+  }
+  for (int j = 0; j < count; ++j) {
+    blocks += (ws[order[j]]->n_out + 15) / 16;
+    g.end[j] = blocks;
   }
   if (blocks > 65535) return false;
   const uint4* xs = static_cast<const uint4*>(pre.xs);
@@ -295,10 +305,11 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
     launch_split_x(x, n_in, 1, sx, ss, ctl);
     xs = sx, xsum = ss;
   }
-  for (int i = 0; i < count; ++i) {
-    g.a[i] = MmaArgs{*ws[i], xs, xsum, 1, ys[i], nullptr, nullptr, ctl};
-    g.a[i].round = int(std::min<int64_t>(ws[i]->slices, 64));  // as mma_gemv gives one row's block kernel
-    g.a[i].prewait = prewait_on();
+  for (int j = 0; j < count; ++j) {
+    const int i = order[j];
+    g.a[j] = MmaArgs{*ws[i], xs, xsum, 1, ys[i], nullptr, nullptr, ctl};
+    g.a[j].round = int(std::min<int64_t>(ws[i]->slices, 64));  // as mma_gemv gives one row's block kernel
+    g.a[j].prewait = prewait_on();
   }
   return mma_kernels_group(g, ws[0]->type, other);
 }
