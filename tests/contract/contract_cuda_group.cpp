@@ -307,6 +307,7 @@ std::string check_cuda_mma_group() {
   const std::vector<GroupCase> cases = {
       {768, {T::Q4_K, T::Q4_K, T::Q6_K}, {1536, 256, 256}, false},     // a Q4_K_M layer's formats
       {512, {T::Q6_K, T::Q4_K}, {200, 328}, true},                     // a partial tile before the join
+      {512, {T::Q4_K, T::Q4_K, T::Q6_K}, {264, 72, 200}, false},       // laid out V, Q, K: partial tiles at both joins
       {4096, {T::Q4_K, T::Q4_K, T::Q6_K}, {4096, 1024, 1024}, false},  // the 8B layer: K and V alone run split
       {576, {T::Q4_0, T::Q4_0, T::Q4_0}, {576, 192, 192}, true},
       {576, {T::Q4_1, T::Q4_1, T::Q4_1}, {576, 192, 192}, false},

@@ -145,7 +145,9 @@ __device__ __forceinline__ void mma_slice(const MmaArgs& A, int64_t tile0, int s
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const float2 s[2] = {F::group(meta[mt][0], j), F::group(meta[mt][1], j)};
+          // By the unrolled unit, not ku: a runtime index put meta in local memory; a dead unit's sum is dropped.
+          const int jm = (kb * 4 + st) / F::kSpg;
+          const float2 s[2] = {F::group(meta[mt][0], jm), F::group(meta[mt][1], jm)};
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
