@@ -1,6 +1,7 @@
 """Bad requests get OpenAI-shaped errors naming the problem, and never stop the server."""
 
 import json
+import shutil
 
 import pytest
 
@@ -156,18 +157,19 @@ def nan_server(tf_bin, model_path, tmp_path_factory):
     from conftest import launch_server
     d = tmp_path_factory.mktemp("nan")
     path = d / "nan-norm.gguf"
-    raw = bytearray(open(model_path, "rb").read())
     t = next(t for t in gguf.GGUFReader(str(model_path)).tensors if t.name == "output_norm.weight")
     assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.tensor_type
-    raw[t.data_offset:t.data_offset + 4 * t.n_elements] = b"\x00\x00\xc0\x7f" * t.n_elements
-    path.write_bytes(bytes(raw))
+    shutil.copyfile(model_path, path)
+    with open(path, "r+b") as f:
+        f.seek(t.data_offset)
+        f.write(b"\x00\x00\xc0\x7f" * int(t.n_elements))
     handle = launch_server(tf_bin, str(path), d / "server.log", ["--context", str(CONTEXT)])
     yield handle
     handle.stop()
 
 
-# (case id, fields over a good completion request; completions serve a model without a chat template too): the
-# device's argmax-only row, its candidate rows, its rows that fetch full logits.
+# (case id, fields over a good completion request; completions serve a model without a chat template too): on CUDA
+# the argmax-only row and the candidate rows (filters, logprobs); on the CPU each sampling path after the check.
 NAN_CASES = [("greedy", {}), ("sampled", {"temperature": 0.8, "seed": 3}), ("logprobs", {"logprobs": 2}),
              ("top-k", {"temperature": 0.8, "top_k": 5}), ("top-p", {"temperature": 0.8, "top_p": 0.5})]
 
@@ -179,5 +181,7 @@ def test_nan_logits_fail_the_request_and_the_server_serves_on(nan_server, fields
     status, _, raw = request(nan_server.base_url, "POST", "/v1/completions",
                              json.dumps({**GOOD_COMPLETION, **fields, "stream": True}))
     assert status in (200, 500) and b"holds NaN" in raw and b'"finish_reason":"stop"' not in raw, raw[:800]
+    events = [json.loads(ln[6:]) for ln in raw.decode().splitlines() if ln.startswith("data: {")]
+    assert not any(c.get("text") for e in events for c in e.get("choices", [])), raw[:800]  # no token went out
     status, _, raw = request(nan_server.base_url, "GET", "/health")
     assert status == 200, raw

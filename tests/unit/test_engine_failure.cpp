@@ -81,21 +81,37 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
   EXPECT_TRUE(ok.error.empty());
 }
 
-// Its first forward plants a negative NaN at the last id of its one logits row; afterwards it prefers token 100.
+// The first forward with at least `row` + 1 logits rows gets a negative NaN at the last id of row `row`; every other
+// row prefers token 100. Its first forward waits until opened, so that a second request can join the round after.
 class NanModel : public TestModel {
  public:
+  explicit NanModel(int64_t row) : row_(row) {}
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
   void forward(const std::vector<BatchRow>& rows, float* logits) override {
-    fill(rows, logits, [](int32_t) { return 100; });
-    if (!planted_) planted_ = true, logits[info_.n_vocab - 1] = -std::numeric_limits<float>::quiet_NaN();
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return open_; });
+    }
+    const int64_t want = fill(rows, logits, [](int32_t) { return 100; });
+    if (!planted_ && want > row_)
+      planted_ = true, logits[(row_ + 1) * info_.n_vocab - 1] = -std::numeric_limits<float>::quiet_NaN();
   }
 
  private:
-  bool planted_ = false;
+  int64_t row_;
+  bool planted_ = false, open_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
 };
 
 TEST(EngineFailure, ANanLogitEndsTheRequestWithAClearErrorAndTheEngineServesOn) {
   auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
-  NanModel model;
+  NanModel model(0);
+  model.open();
   EngineOptions o;
   o.parallel = 2, o.context = 64, o.page_size = 16, o.prompt_cache_gib = 0.001;
   Engine engine(model, *tokp, o);
@@ -106,6 +122,22 @@ TEST(EngineFailure, ANanLogitEndsTheRequestWithAClearErrorAndTheEngineServesOn) 
   const EngineResult ok = engine.submit(request())->wait_result();
   EXPECT_EQ(ok.finish_reason, "length");
   EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
+}
+
+TEST(EngineFailure, ANanInTheSecondLogitsRowOfARoundIsFoundAndEndsTheRoundsRequests) {
+  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
+  NanModel model(1);
+  EngineOptions o;
+  o.parallel = 2, o.context = 64, o.page_size = 16, o.prompt_cache_gib = 0.001, o.drafter = "none";
+  Engine engine(model, *tokp, o);
+  auto a = engine.submit(request()), b = engine.submit(request());
+  model.open();  // both are in a round of two logits rows by the second round at the latest
+  for (auto* h : {&a, &b}) {
+    const EngineResult r = (*h)->wait_result();
+    EXPECT_EQ(r.finish_reason, "error");
+    EXPECT_EQ(r.error, "logits row 1 holds NaN");
+  }
+  EXPECT_EQ(engine.submit(request())->wait_result().ids, (std::vector<int32_t>{100, 100, 100}));
 }
 
 // Records the reservation and every round's size; holds its first round until opened; refuses when told to.
