@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpack the carried packages into a prefix, build the cuda-release preset with every core, run
-# `ctest -L cuda`, the e2e exactness and oracle tests against the CUDA binary, and the GEMV, attention and GEMM
-# benchmarks; logs go to the folder given as argument (default $OUT or ./gpu-logs). The model comes from $TF_MODEL.
+# `ctest -L cuda`, the e2e exactness, oracle, server and CLI tests against the CUDA binary, and the GEMV, attention
+# and GEMM benchmarks; logs go to the folder given as argument (default $OUT or ./gpu-logs). The model: $TF_MODEL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 LOGS=${1:-${OUT:-gpu-logs}}

@@ -271,8 +271,7 @@ bool mma_group(const DeviceMatrix* const* ws, float* const* ys, int count, const
   MmaGroup g{};
   g.count = count;
   g.rope = rope;
-  // The costliest tiles launch first so that the second wave's blocks are the cheap ones (Q4_K_M's Q6_K V before its
-  // Q4_K Q and K); RoPE in the launch needs Q, K, V in place. Each block's sum is its own: the same bits either way.
+  // Costliest tiles first, so a second wave holds cheap ones; RoPE in the launch needs Q, K, V in place.
   int order[kMmaGroupMax];
   for (int j = 0; j < count; ++j) order[j] = j;
   if (!rope.on)
