@@ -25,6 +25,12 @@ class TestModel : public Model {
   const ModelInfo& info() const override { return info_; }
   int64_t kv_floats_per_token() const override { return 2; }
   void bind_kv(int64_t, int64_t) override {}
+  // Lets forwards that call wait_open() run.
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
 
  protected:
   // Writes the logits rows of `rows` that want them; returns how many.
@@ -39,7 +45,16 @@ class TestModel : public Model {
     }
     return want;
   }
+  void wait_open() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return open_; });
+  }
   ModelInfo info_;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
 };
 
 // Fails its first `fails` forwards; afterwards every logits row prefers token 100.
@@ -66,19 +81,25 @@ EngineRequest request() {
   return r;
 }
 
-TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn) {
+// One request ends with `error` and no token; the next is served in full.
+void fails_then_serves(Model& model, const std::string& error) {
   auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
-  FlakyModel model(1);
   EngineOptions o;
   o.parallel = 2, o.context = 64, o.page_size = 16, o.prompt_cache_gib = 0.001;
   Engine engine(model, *tokp, o);
   const EngineResult failed = engine.submit(request())->wait_result();
   EXPECT_EQ(failed.finish_reason, "error");
-  EXPECT_EQ(failed.error, "device lost");
+  EXPECT_EQ(failed.error, error);
+  EXPECT_TRUE(failed.ids.empty());
   const EngineResult ok = engine.submit(request())->wait_result();
   EXPECT_EQ(ok.finish_reason, "length");
   EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
   EXPECT_TRUE(ok.error.empty());
+}
+
+TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn) {
+  FlakyModel model(1);
+  fails_then_serves(model, "device lost");
 }
 
 // The first forward with at least `row` + 1 logits rows gets a negative NaN at the last id of row `row`; every other
@@ -86,16 +107,8 @@ TEST(EngineFailure, AFailedForwardEndsTheRequestWithTheErrorAndTheEngineServesOn
 class NanModel : public TestModel {
  public:
   explicit NanModel(int64_t row) : row_(row) {}
-  void open() {
-    std::lock_guard<std::mutex> lk(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
   void forward(const std::vector<BatchRow>& rows, float* logits) override {
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return open_; });
-    }
+    wait_open();
     const int64_t want = fill(rows, logits, [](int32_t) { return 100; });
     if (!planted_ && want > row_)
       planted_ = true, logits[(row_ + 1) * info_.n_vocab - 1] = -std::numeric_limits<float>::quiet_NaN();
@@ -103,25 +116,13 @@ class NanModel : public TestModel {
 
  private:
   int64_t row_;
-  bool planted_ = false, open_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  bool planted_ = false;
 };
 
 TEST(EngineFailure, ANanLogitEndsTheRequestWithAClearErrorAndTheEngineServesOn) {
-  auto tokp = Tokenizer::from_json_file(std::string(TF_SOURCE_DIR) + "/tests/fixtures/smollm2/tokenizer.json");
   NanModel model(0);
   model.open();
-  EngineOptions o;
-  o.parallel = 2, o.context = 64, o.page_size = 16, o.prompt_cache_gib = 0.001;
-  Engine engine(model, *tokp, o);
-  const EngineResult failed = engine.submit(request())->wait_result();
-  EXPECT_EQ(failed.finish_reason, "error");
-  EXPECT_EQ(failed.error, "logits row 0 holds NaN");
-  EXPECT_TRUE(failed.ids.empty());
-  const EngineResult ok = engine.submit(request())->wait_result();
-  EXPECT_EQ(ok.finish_reason, "length");
-  EXPECT_EQ(ok.ids, (std::vector<int32_t>{100, 100, 100}));
+  fails_then_serves(model, "logits row 0 holds NaN");
 }
 
 TEST(EngineFailure, ANanInTheSecondLogitsRowOfARoundIsFoundAndEndsTheRoundsRequests) {
@@ -148,16 +149,8 @@ class RoundsModel : public TestModel {
     rows_ = rows, logit_rows_ = logit_rows, positions_ = positions;
     if (refuse_) throw std::runtime_error("rounds of up to 24 rows need more device memory; lower --chunk");
   }
-  void open() {
-    std::lock_guard<std::mutex> lk(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
   void forward(const std::vector<BatchRow>& rows, float* logits) override {
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return open_; });
-    }
+    wait_open();
     // Replies of period 5, which the context drafter drafts four ahead.
     const int64_t want = fill(rows, logits, [](int32_t pos) { return 100 + (pos + 1) % 5; });
     seen_rows_ = std::max(seen_rows_, int64_t(rows.size()));
@@ -167,9 +160,6 @@ class RoundsModel : public TestModel {
 
  private:
   bool refuse_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
 };
 
 TEST(EngineRounds, TheLargestRoundIsReservedAtStartupAndNoRoundExceedsIt) {
