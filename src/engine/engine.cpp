@@ -226,10 +226,13 @@ void Engine::round() {
     } else {
       logits_.resize(size_t(std::max<int64_t>(1, n_logits) * V));
       model_.forward(rows, logits_.data());
-      // A NaN logit has no place in any order, so the round fails as the device sampler fails it.
-      for (int64_t k = 0; k < n_logits; ++k)
-        if (std::any_of(&logits_[size_t(k * V)], &logits_[size_t(k * V)] + V, [](float x) { return std::isnan(x); }))
-          fail("logits row {} holds NaN", k);
+      // A NaN has no place in any order and a row of -inf no token to give: the round fails as the device's does.
+      for (int64_t k = 0; k < n_logits; ++k) {
+        const float* row = &logits_[size_t(k * V)];
+        if (std::any_of(row, row + V, [](float x) { return std::isnan(x); })) fail("logits row {} holds NaN", k);
+        if (std::all_of(row, row + V, [](float x) { return x == -INFINITY; }))
+          fail("logits row {} has no finite value", k);
+      }
     }
     // A device row whose filters reach past its candidates is sampled from its full logits, fetched on demand.
     auto row_at = [&](int64_t k, const SamplingParams& q) {

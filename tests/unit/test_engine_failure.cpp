@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <limits>
 #include <memory>
@@ -123,6 +124,23 @@ TEST(EngineFailure, ANanLogitEndsTheRequestWithAClearErrorAndTheEngineServesOn) 
   NanModel model(0);
   model.open();
   fails_then_serves(model, "logits row 0 holds NaN");
+}
+
+// Its first forward's logits rows are all -inf; afterwards every logits row prefers token 100.
+class NoFiniteModel : public TestModel {
+ public:
+  void forward(const std::vector<BatchRow>& rows, float* logits) override {
+    const int64_t want = fill(rows, logits, [](int32_t) { return 100; });
+    if (!planted_) planted_ = true, std::fill(logits, logits + want * info_.n_vocab, -INFINITY);
+  }
+
+ private:
+  bool planted_ = false;
+};
+
+TEST(EngineFailure, ALogitsRowOfMinusInfinityEndsTheRequestWithAClearErrorAndTheEngineServesOn) {
+  NoFiniteModel model;
+  fails_then_serves(model, "logits row 0 has no finite value");
 }
 
 TEST(EngineFailure, ANanInTheSecondLogitsRowOfARoundIsFoundAndEndsTheRoundsRequests) {
