@@ -50,7 +50,10 @@ EngineResult stream_reply(Engine& engine, EngineRequest req) {
     std::fflush(stdout);
     text.clear();
   }
-  return h->wait_result();
+  EngineResult r = h->wait_result();
+  // The engine logs a failed round and ends the request; a one-shot command must say so and exit non-zero.
+  if (r.finish_reason == "error") fail("the model failed while generating: {}", r.error);
+  return r;
 }
 
 EngineOptions one_lane(const GenOpts& o, const LoadedModel& m) {

@@ -3,6 +3,7 @@
 import hashlib
 import http.client
 import json
+import shutil
 from urllib.parse import urlsplit
 
 MODEL_ID = "smollm2"
@@ -94,3 +95,15 @@ def check_error_body(status, body, raw, want_status, param=None, words=()):
     for w in words:
         assert str(w).lower() in msg, f"message should mention {w!r}: {err['message']!r}"
     return err
+
+
+def nan_norm_copy(model_path, path):
+    """Writes a copy of the GGUF whose final norm weights are NaN, so every logits row is NaN; needs gguf-py."""
+    import gguf
+    t = next(t for t in gguf.GGUFReader(str(model_path)).tensors if t.name == "output_norm.weight")
+    assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.tensor_type
+    shutil.copyfile(model_path, path)
+    with open(path, "r+b") as f:
+        f.seek(t.data_offset)
+        f.write(b"\x00\x00\xc0\x7f" * int(t.n_elements))
+    return path

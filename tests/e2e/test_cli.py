@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e_util import nan_norm_copy
+
 PARAMS = 134_515_008
 PROMPT = "The capital of France is"
 
@@ -112,6 +114,20 @@ def test_chat_interactive(tf_bin, model_path):
 def test_logits_rejects_out_of_vocab_ids(tf_bin, model_path, tmp_path):
     proc = tf(tf_bin, "logits", model_path, "--tokens", "1,999999", "--out", tmp_path / "x.npy")
     assert proc.returncode != 0 and "999999" in proc.stderr, shown(proc)
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_nan_logits_fail_the_command(tf_bin, model_path, tmp_path, command):
+    """A model whose logits are NaN ends the command with the reason and a non-zero exit, not an empty success."""
+    pytest.importorskip("gguf")
+    nan = nan_norm_copy(model_path, tmp_path / "nan-norm.gguf")
+    if command == "run":
+        proc = tf(tf_bin, "run", nan, "-p", "hi", "-n", 3)
+    else:
+        proc = subprocess.run([str(tf_bin), "chat", str(nan), "-n", "3", "--chat-template", "chatml"], input="hi\n\n",
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, shown(proc)
+    assert "logits row 0 holds NaN" in proc.stderr, shown(proc)
 
 
 def _runs_on_cuda(tf_bin, model_path):

@@ -1,11 +1,10 @@
 """Bad requests get OpenAI-shaped errors naming the problem, and never stop the server."""
 
 import json
-import shutil
 
 import pytest
 
-from e2e_util import MODEL_ID, chatml, check_error_body, post_json, request
+from e2e_util import MODEL_ID, chatml, check_error_body, nan_norm_copy, post_json, request, sse_data
 
 HI = [{"role": "user", "content": "Hi"}]
 GOOD_CHAT = {"model": MODEL_ID, "messages": HI, "max_tokens": 2, "temperature": 0}
@@ -153,16 +152,10 @@ def test_chat_max_completion_tokens_past_context_is_named(server, alive):
 @pytest.fixture(scope="module")
 def nan_server(tf_bin, model_path, tmp_path_factory):
     """A server over a copy of the model whose final norm weights are NaN, so every logits row is NaN."""
-    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("gguf")
     from conftest import launch_server
     d = tmp_path_factory.mktemp("nan")
-    path = d / "nan-norm.gguf"
-    t = next(t for t in gguf.GGUFReader(str(model_path)).tensors if t.name == "output_norm.weight")
-    assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.tensor_type
-    shutil.copyfile(model_path, path)
-    with open(path, "r+b") as f:
-        f.seek(t.data_offset)
-        f.write(b"\x00\x00\xc0\x7f" * int(t.n_elements))
+    path = nan_norm_copy(model_path, d / "nan-norm.gguf")
     handle = launch_server(tf_bin, str(path), d / "server.log", ["--context", str(CONTEXT)])
     yield handle
     handle.stop()
@@ -181,7 +174,7 @@ def test_nan_logits_fail_the_request_and_the_server_serves_on(nan_server, fields
     status, _, raw = request(nan_server.base_url, "POST", "/v1/completions",
                              json.dumps({**GOOD_COMPLETION, **fields, "stream": True}))
     assert status in (200, 500) and b"holds NaN" in raw and b'"finish_reason":"stop"' not in raw, raw[:800]
-    events = [json.loads(ln[6:]) for ln in raw.decode().splitlines() if ln.startswith("data: {")]
+    events = [json.loads(d) for d in sse_data(raw) if d.startswith("{")]
     assert not any(c.get("text") for e in events for c in e.get("choices", [])), raw[:800]  # no token went out
     status, _, raw = request(nan_server.base_url, "GET", "/health")
     assert status == 200, raw
